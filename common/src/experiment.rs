@@ -1,0 +1,151 @@
+//! The shared start and end of every experiment binary: read the manifest, find and verify the
+//! model, load it; at the end, stamp provenance and write the artifact. An experiment's `main`
+//! is then args, [`prepare`], its own measurement, [`Prepared::finish`].
+
+use crate::artifact::{self, ArtifactError};
+use crate::load::{LoadError, LoadedModel};
+use crate::manifest::{manifest_name, manifest_sha256, read_experiment_manifest, ExperimentManifest, ManifestError};
+use crate::provenance::{self, BuildFacts, ManifestRecord, Provenance, RunClock, RunFacts};
+use crate::resolve::{resolve, resolve_unpinned, ResolveError, ResolveOptions, ResolvedModel};
+use crate::workspace::{Workspace, WorkspaceError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Model and output flags shared by every experiment.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct ModelArgs {
+    /// Experiment manifest to run [default: manifests/<experiment>/tiny.json].
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+    /// A local Hugging Face Qwen2 checkpoint folder. With --manifest it is verified against the
+    /// manifest's pin; without, the run is unpinned and records the digests it computed.
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Write the artifact here [default: artifacts/<experiment>/<manifest>/<run_id>.json].
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// Never download a model (also `HF_HUB_OFFLINE=1`).
+    #[arg(long)]
+    pub offline: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{path}: this manifest is for experiment `{found}`, not `{expected}`; pass a manifest from manifests/{expected}/")]
+    WrongExperiment { path: String, found: String, expected: String },
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("model in {dir}: {source}")]
+    Load { dir: String, source: LoadError },
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+}
+
+/// The manifest a run follows.
+pub struct ManifestRun<P, E> {
+    pub path: PathBuf,
+    pub name: String,
+    pub manifest: ExperimentManifest<P, E>,
+    pub record: ManifestRecord,
+}
+
+/// Everything an experiment needs before it measures.
+pub struct Prepared<P, E> {
+    pub experiment: &'static str,
+    pub ws: Workspace,
+    pub clock: RunClock,
+    pub manifest: Option<ManifestRun<P, E>>,
+    pub resolved: ResolvedModel,
+    pub model: LoadedModel,
+}
+
+/// Reads the manifest (unless an unpinned `--model-dir` run), resolves and verifies the model,
+/// and loads it.
+pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
+    experiment: &'static str,
+    args: &ModelArgs,
+) -> Result<Prepared<P, E>, PrepareError> {
+    let clock = RunClock::start();
+    let ws = Workspace::discover()?;
+    let manifest_path = match (&args.manifest, &args.model_dir) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(ws.manifests_dir().join(experiment).join("tiny.json")),
+    };
+    let (manifest, resolved) = match manifest_path {
+        Some(path) => {
+            let manifest: ExperimentManifest<P, E> = read_experiment_manifest(&path)?;
+            if manifest.experiment != experiment {
+                return Err(PrepareError::WrongExperiment {
+                    path: path.display().to_string(),
+                    found: manifest.experiment,
+                    expected: experiment.to_string(),
+                });
+            }
+            let pin = ws.model_pin(&manifest.model)?;
+            let pin_path = ws.manifests_dir().join("models").join(format!("{}.json", pin.name));
+            let opts = ResolveOptions {
+                model_dir: args.model_dir.clone(),
+                offline: args.offline,
+                generate_missing: true,
+                hub_cache: None,
+            };
+            let resolved = resolve(&ws, &pin, &opts)?;
+            let record = ManifestRecord {
+                path: ws.display_path(&path),
+                sha256: manifest_sha256(&path)?,
+                model_pin_path: ws.display_path(&pin_path),
+                model_pin_sha256: manifest_sha256(&pin_path)?,
+            };
+            let name = manifest_name(&path);
+            (Some(ManifestRun { path, name, manifest, record }), resolved)
+        }
+        None => {
+            let dir = args.model_dir.as_ref().expect("no manifest means --model-dir was given");
+            (None, resolve_unpinned(dir)?)
+        }
+    };
+    tracing::info!(dir = %ws.display_path(&resolved.dir), "loading model");
+    let model = LoadedModel::load(&resolved.dir)
+        .map_err(|source| PrepareError::Load { dir: ws.display_path(&resolved.dir), source })?;
+    Ok(Prepared { experiment, ws, clock, manifest, resolved, model })
+}
+
+impl<P, E> Prepared<P, E> {
+    /// The provenance block for this run, to be embedded in the artifact.
+    pub fn provenance(&self, facts: BuildFacts, requested: serde_json::Value, effective: serde_json::Value) -> Provenance {
+        provenance::collect(
+            &self.ws,
+            RunFacts {
+                experiment: self.experiment,
+                clock: self.clock.clone(),
+                facts,
+                requested,
+                effective,
+                model: &self.resolved,
+                manifest: self.manifest.as_ref().map(|m| m.record.clone()),
+            },
+        )
+    }
+
+    /// Where the artifact goes: `--out`, or `artifacts/<experiment>/<manifest>/<run_id>.json`
+    /// (`unpinned` in place of the manifest for `--model-dir` runs).
+    pub fn artifact_path(&self, out: Option<&PathBuf>) -> PathBuf {
+        out.cloned().unwrap_or_else(|| {
+            let manifest = self.manifest.as_ref().map(|m| m.name.as_str()).unwrap_or("unpinned");
+            artifact::default_path(&self.ws.artifacts_dir(), self.experiment, manifest, &self.clock.run_id)
+        })
+    }
+
+    /// Writes the finished artifact atomically; returns its path.
+    pub fn write<T: Serialize>(&self, out: Option<&PathBuf>, artifact: &T) -> Result<PathBuf, PrepareError> {
+        let path = self.artifact_path(out);
+        artifact::write_new(&path, artifact)?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,90 @@
+//! Manifests: the committed, hand-reviewed statement of what a run must be.
+//!
+//! Two kinds live under `manifests/`: model pins (`models/<name>.json`, see [`crate::pin`]) and
+//! experiment manifests (`<experiment>/<name>.json`), which name a model pin, the experiment's
+//! parameters and the expectations an audit holds its artifacts to. Unknown fields are errors so
+//! that a typo never silently falls back to a default.
+
+use crate::pin::{ModelPin, PinError};
+use schemars::JsonSchema;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::path::Path;
+
+/// An experiment manifest, generic over the experiment's own parameter and expectation types.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentManifest<P, E> {
+    /// The experiment binary's name, e.g. `scheduler`.
+    pub experiment: String,
+    /// The model pin's name (`manifests/models/<model>.json`).
+    pub model: String,
+    pub parameters: P,
+    /// What any artifact of this manifest must show; `null` when nothing is pinned yet.
+    pub expectations: Option<E>,
+    /// The source hash the expectations were pinned at (`just pin` updates it).
+    pub source_sha256: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{path}: cannot read: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a valid manifest: {source}; fix the field named here")]
+    Parse { path: String, source: serde_json::Error },
+    #[error("{path}: {source}")]
+    Pin { path: String, source: PinError },
+    #[error("{path}: file name must be `{expected}.json` to match its `name` field")]
+    Name { path: String, expected: String },
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), ManifestError> {
+    let bytes = std::fs::read(path)
+        .map_err(|source| ManifestError::Io { path: path.display().to_string(), source })?;
+    let value = serde_json::from_slice(&bytes)
+        .map_err(|source| ManifestError::Parse { path: path.display().to_string(), source })?;
+    Ok((value, bytes))
+}
+
+pub fn read_model_pin(path: &Path) -> Result<ModelPin, ManifestError> {
+    let (pin, _): (ModelPin, _) = read_json(path)?;
+    pin.validate()
+        .map_err(|source| ManifestError::Pin { path: path.display().to_string(), source })?;
+    if path.file_stem().and_then(|s| s.to_str()) != Some(pin.name.as_str()) {
+        return Err(ManifestError::Name { path: path.display().to_string(), expected: pin.name });
+    }
+    Ok(pin)
+}
+
+pub fn read_experiment_manifest<P: DeserializeOwned, E: DeserializeOwned>(
+    path: &Path,
+) -> Result<ExperimentManifest<P, E>, ManifestError> {
+    read_json(path).map(|(m, _)| m)
+}
+
+/// The manifest's SHA-256 as recorded in artifacts: of the exact bytes on disk.
+pub fn manifest_sha256(path: &Path) -> Result<String, ManifestError> {
+    crate::digest::file_digest(path, crate::digest::Algorithm::Sha256)
+        .map(|(_, hex)| hex)
+        .map_err(|source| ManifestError::Io { path: path.display().to_string(), source })
+}
+
+/// The manifest's short name: its file stem, used in artifact paths.
+pub fn manifest_name(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_errors_naming_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        std::fs::write(&path, r#"{"experiment":"x","model":"tiny","parameters":{},"colour":"red"}"#).unwrap();
+        let err = read_experiment_manifest::<serde_json::Value, serde_json::Value>(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `colour`"), "{err}");
+    }
+}

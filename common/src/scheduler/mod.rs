@@ -1,0 +1,217 @@
+//! The serial scheduler: admits jobs as they arrive (up to `max_active` at once), lets the
+//! policy pick which admitted job takes the next step, runs that step on the job's own session,
+//! and records every step on one timeline.
+//!
+//! Per-request numbers are *derived* from the timeline by [`request_metrics`], never measured on
+//! the side, so the audit can recompute them exactly from the artifact.
+
+use crate::engine::{EngineError, FinishReason, Session, StepKind};
+use crate::load::LoadedModel;
+use crate::policy::{Candidate, Policy};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+pub mod study;
+
+/// A job as the scheduler gets it: already templated and tokenized.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: String,
+    pub prompt_ids: Vec<u32>,
+    pub max_new_tokens: usize,
+    /// When the job arrives, from the scheduler's start.
+    pub arrival_ms: f64,
+}
+
+/// One policy configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub policy: Policy,
+    /// Largest prefill chunk in tokens; `None`: the whole prompt in one step.
+    pub chunk_size: Option<usize>,
+    pub max_active: usize,
+}
+
+/// One step on the timeline. Times are milliseconds from the scheduler's start, to the
+/// microsecond.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineStep {
+    pub job: String,
+    pub kind: StepKind,
+    /// Input tokens processed.
+    pub tokens: usize,
+    /// Position of the first of them in the job's sequence.
+    pub position: usize,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// The token this step produced, if any.
+    pub token: Option<u32>,
+}
+
+/// Per-request results, all derived from the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestMetrics {
+    pub id: String,
+    pub output_ids: Vec<u32>,
+    /// From the scheduler's start to the end of the step that produced the first token.
+    pub ttft_ms: f64,
+    /// From the scheduler's start to the end of the step that produced the last token.
+    pub completion_ms: f64,
+    /// Largest gap between two consecutive tokens (0 with a single token; TTFT is not a gap).
+    pub max_gap_ms: f64,
+}
+
+/// Milliseconds rounded to the microsecond, the resolution of every recorded time.
+pub fn round_ms(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
+fn since(start: Instant, at: Instant) -> f64 {
+    round_ms(at.duration_since(start).as_nanos() as f64 / 1e6)
+}
+
+/// Per-request metrics from a timeline, sorted by job id (the seed's order). Jobs without a
+/// token on the timeline are left out.
+pub fn request_metrics(timeline: &[TimelineStep]) -> Vec<RequestMetrics> {
+    let mut by_job: std::collections::BTreeMap<&str, Vec<(f64, u32)>> = Default::default();
+    for step in timeline {
+        if let Some(t) = step.token {
+            by_job.entry(step.job.as_str()).or_default().push((step.end_ms, t));
+        }
+    }
+    by_job
+        .into_iter()
+        .map(|(id, tokens)| {
+            let max_gap = tokens.windows(2).map(|w| round_ms(w[1].0 - w[0].0)).fold(0.0, f64::max);
+            RequestMetrics {
+                id: id.to_string(),
+                output_ids: tokens.iter().map(|t| t.1).collect(),
+                ttft_ms: tokens[0].0,
+                completion_ms: tokens[tokens.len() - 1].0,
+                max_gap_ms: max_gap,
+            }
+        })
+        .collect()
+}
+
+/// The outcome of one scheduler run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub timeline: Vec<TimelineStep>,
+    pub finish: Vec<(String, FinishReason)>,
+    /// Wall time of the run: end of its last step.
+    pub elapsed_ms: f64,
+    /// Time spent outside forward passes (choosing, bookkeeping), summed over steps.
+    pub overhead_ms: f64,
+}
+
+/// Runs `jobs` (in arrival order) to completion under `config`.
+pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOutcome, EngineError> {
+    struct Active<'a> {
+        job: &'a Job,
+        session: Session,
+    }
+    let mut order: Vec<&Job> = jobs.iter().collect();
+    order.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
+    let mut pending = order.into_iter().peekable();
+    let mut active: Vec<Active> = Vec::with_capacity(config.max_active);
+    let mut timeline = Vec::new();
+    let mut finish = Vec::new();
+    let mut cursor = 0usize;
+    let mut in_forward = Duration::ZERO;
+    let start = Instant::now();
+
+    loop {
+        let now_ms = since(start, Instant::now());
+        while active.len() < config.max_active {
+            match pending.next_if(|j| j.arrival_ms <= now_ms) {
+                Some(job) => active.push(Active {
+                    job,
+                    session: Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)?,
+                }),
+                None => break,
+            }
+        }
+        if active.is_empty() {
+            match pending.peek() {
+                Some(next) => {
+                    std::thread::sleep(Duration::from_secs_f64((next.arrival_ms - now_ms).max(0.0) / 1000.0));
+                    continue;
+                }
+                None => break,
+            }
+        }
+        let candidates: Vec<Candidate> = active
+            .iter()
+            .map(|a| Candidate {
+                prompt_tokens: a.session.prompt_len(),
+                prefill_remaining: a.session.prefill_remaining(),
+                generated: a.session.output().len(),
+            })
+            .collect();
+        let i = config.policy.pick(&candidates, cursor);
+        let t0 = Instant::now();
+        let outcome = active[i].session.step(config.chunk_size)?;
+        let t1 = Instant::now();
+        in_forward += t1 - t0;
+        timeline.push(TimelineStep {
+            job: active[i].job.id.clone(),
+            kind: outcome.kind,
+            tokens: outcome.tokens,
+            position: outcome.position,
+            start_ms: since(start, t0),
+            end_ms: since(start, t1),
+            token: outcome.token,
+        });
+        if let Some(reason) = active[i].session.finish_reason() {
+            finish.push((active[i].job.id.clone(), reason));
+            active.remove(i);
+            cursor = i; // the next one slid into this slot
+        } else {
+            cursor = i + 1;
+        }
+    }
+    let total = start.elapsed();
+    let elapsed_ms = timeline.last().map(|s| s.end_ms).unwrap_or(0.0);
+    Ok(RunOutcome {
+        timeline,
+        finish,
+        elapsed_ms,
+        overhead_ms: round_ms((total - in_forward.min(total)).as_nanos() as f64 / 1e6),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(job: &str, end: f64, token: Option<u32>) -> TimelineStep {
+        TimelineStep { job: job.into(), kind: StepKind::Decode, tokens: 1, position: 0, start_ms: end - 1.0, end_ms: end, token }
+    }
+
+    #[test]
+    fn metrics_follow_from_the_timeline() {
+        let t = vec![
+            step("b", 10.0, None),
+            step("b", 20.5, Some(7)),
+            step("a", 30.0, Some(1)),
+            step("b", 40.25, Some(8)),
+            step("b", 41.0, Some(9)),
+        ];
+        let m = request_metrics(&t);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].id.as_str(), m[0].ttft_ms, m[0].completion_ms, m[0].max_gap_ms), ("a", 30.0, 30.0, 0.0));
+        assert_eq!(m[1].output_ids, vec![7, 8, 9]);
+        assert_eq!((m[1].ttft_ms, m[1].completion_ms, m[1].max_gap_ms), (20.5, 41.0, 19.75));
+    }
+
+    #[test]
+    fn rounding_is_to_the_microsecond() {
+        assert_eq!(round_ms(1.23456789), 1.235);
+        assert_eq!(round_ms(28.159000000000006), 28.159);
+    }
+}

@@ -1,0 +1,352 @@
+//! The scheduler study (seed 000): its manifest parameters, its artifact, and the checks that
+//! bind them. Shared by the `scheduler` experiment, which writes it, and the audit, which reads it.
+
+use super::{request_metrics, RunConfig, TimelineStep};
+use crate::engine::FinishReason;
+use crate::policy::Policy;
+use crate::provenance::Provenance;
+use crate::stats::{summarize, Summary};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A job as the manifest states it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub id: String,
+    /// The user message; rendered through the checkpoint's chat template.
+    pub prompt: String,
+    /// Cap on new tokens.
+    pub max_new_tokens: usize,
+    /// Arrival, in milliseconds from the scheduler's start.
+    #[serde(default)]
+    pub arrival_ms: f64,
+}
+
+/// The scheduler manifest's `parameters`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parameters {
+    /// In arrival order.
+    pub jobs: Vec<JobSpec>,
+    pub runs: Vec<RunConfig>,
+    /// Measured repetitions of every run.
+    pub rounds: usize,
+    /// Unrecorded repetitions before the measured ones.
+    pub warmup: usize,
+}
+
+/// The scheduler manifest's `expectations`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expectations {
+    /// Exact greedy ids per job, where the checkpoint and the numerics are pinned.
+    pub output_ids: Option<BTreeMap<String, Vec<u32>>>,
+    /// Ids another implementation recorded: compared and reported, not required.
+    pub predecessor: Option<Reference>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// Where the ids come from (artifact, engine, device).
+    pub source: String,
+    pub output_ids: BTreeMap<String, Vec<u32>>,
+}
+
+const LONG_SENTENCE: &str = "Source files define functions and their dependencies. ";
+
+impl Parameters {
+    /// The seed's workload: three jobs that arrive before the scheduler starts, and the seed's
+    /// three runs. The default for runs without a manifest.
+    pub fn seed() -> Self {
+        let job = |id: &str, prompt: String, cap| JobSpec { id: id.into(), prompt, max_new_tokens: cap, arrival_ms: 0.0 };
+        let run = |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2 };
+        Parameters {
+            jobs: vec![
+                job("long-document", format!("{} Summarize the use of caching.", LONG_SENTENCE.repeat(24)), 16),
+                job("interactive-a", "Explain cache invalidation in one sentence.".into(), 8),
+                job("interactive-b", "Name one reason to bound a request queue.".into(), 8),
+            ],
+            runs: vec![run(Policy::Fifo, None), run(Policy::Interleave, None), run(Policy::Interleave, Some(64))],
+            rounds: 1,
+            warmup: 0,
+        }
+    }
+
+    /// Checks everything that can be checked before the model is touched; one line per problem,
+    /// naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.jobs.is_empty() {
+            return Err("parameters.jobs: empty; give at least one job".into());
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, job) in self.jobs.iter().enumerate() {
+            if job.id.trim().is_empty() {
+                return Err(format!("jobs[{i}].id: empty; give every job a unique id"));
+            }
+            if !ids.insert(job.id.as_str()) {
+                return Err(format!("jobs[{i}].id: `{}` is used twice; job ids must be unique", job.id));
+            }
+            if job.max_new_tokens == 0 {
+                return Err(format!("jobs[{i}].max_new_tokens: 0; a job must be allowed at least 1 new token"));
+            }
+            if !(job.arrival_ms.is_finite() && job.arrival_ms >= 0.0) {
+                return Err(format!("jobs[{i}].arrival_ms: {}; must be a time >= 0", job.arrival_ms));
+            }
+        }
+        if self.runs.is_empty() {
+            return Err("parameters.runs: empty; give at least one policy run".into());
+        }
+        for (i, run) in self.runs.iter().enumerate() {
+            if run.chunk_size == Some(0) {
+                return Err(format!("runs[{i}].chunk_size: 0; must be at least 1 (or absent for whole-prompt prefill)"));
+            }
+            if run.max_active == 0 {
+                return Err(format!("runs[{i}].max_active: 0; must be at least 1"));
+            }
+        }
+        if self.rounds == 0 {
+            return Err("parameters.rounds: 0; must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The software and device the numbers were computed with (the seed's `environment`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    pub rust: String,
+    pub candle: String,
+    pub tokenizers: String,
+    pub platform: String,
+    pub device: String,
+    pub dtype: String,
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRecord {
+    pub id: String,
+    pub prompt: String,
+    pub prompt_tokens: usize,
+    pub max_new_tokens: usize,
+    pub arrival_ms: f64,
+}
+
+/// One request of one run, with the seed's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRecord {
+    pub id: String,
+    pub prompt: String,
+    pub prompt_tokens: usize,
+    pub output_ids: Vec<u32>,
+    pub text: String,
+    pub ttft_ms: f64,
+    pub completion_ms: f64,
+    pub max_gap_ms: f64,
+    pub finish_reason: FinishReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunRecord {
+    pub policy: Policy,
+    pub chunk_size: Option<usize>,
+    pub max_active: usize,
+    /// 0-based measured round.
+    pub round: usize,
+    /// Wall time of the run: the end of its last step.
+    pub elapsed_ms: f64,
+    /// Time outside forward passes: the scheduler's own cost.
+    pub scheduler_overhead_ms: f64,
+    /// Sorted by id, as in the seed.
+    pub requests: Vec<RequestRecord>,
+    pub timeline: Vec<TimelineStep>,
+}
+
+/// Spread over rounds of one request under one run configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryRow {
+    pub policy: Policy,
+    pub chunk_size: Option<usize>,
+    pub max_active: usize,
+    pub id: String,
+    pub ttft_ms: Summary,
+    pub completion_ms: Summary,
+    pub max_gap_ms: Summary,
+}
+
+/// Where two id lists first part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Difference {
+    pub job: String,
+    pub index: usize,
+    pub ours: Option<u32>,
+    pub theirs: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Comparison {
+    pub source: String,
+    pub matched: bool,
+    pub first_difference: Option<Difference>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Checks {
+    /// Output ids equal across every run and round (a policy must not change what is computed).
+    pub output_ids_identical: bool,
+    /// Each run whose ids differ from the first run's, with where.
+    pub differences: Vec<String>,
+    /// Against the manifest's pinned ids, when it pins them.
+    pub expected: Option<Comparison>,
+    /// Against the predecessor's recorded ids, when the manifest has them.
+    pub predecessor: Option<Comparison>,
+}
+
+/// The scheduler artifact: the seed's fields, plus jobs, timelines, summary, checks, provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerArtifact {
+    pub execution_mode: String,
+    pub environment: Environment,
+    pub model_id: String,
+    pub model_revision: Option<String>,
+    pub source_sha256: String,
+    pub arrival_policy: String,
+    pub parameters: Parameters,
+    pub jobs: Vec<JobRecord>,
+    pub runs: Vec<RunRecord>,
+    pub summary: Vec<SummaryRow>,
+    pub checks: Checks,
+    pub limits: String,
+    pub provenance: Provenance,
+}
+
+/// Compares per-job id lists; the first difference in job-id order.
+pub fn compare_ids(
+    source: &str,
+    ours: &BTreeMap<String, Vec<u32>>,
+    theirs: &BTreeMap<String, Vec<u32>>,
+) -> Comparison {
+    let mut jobs: Vec<&String> = ours.keys().chain(theirs.keys()).collect();
+    jobs.sort();
+    jobs.dedup();
+    let first_difference = jobs.into_iter().find_map(|job| {
+        let (a, b) = (ours.get(job).map(Vec::as_slice).unwrap_or(&[]), theirs.get(job).map(Vec::as_slice).unwrap_or(&[]));
+        let index = a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))?;
+        Some(Difference { job: job.clone(), index, ours: a.get(index).copied(), theirs: b.get(index).copied() })
+    });
+    Comparison { source: source.to_string(), matched: first_difference.is_none(), first_difference }
+}
+
+/// Output ids per job of one run.
+pub fn run_ids(run: &RunRecord) -> BTreeMap<String, Vec<u32>> {
+    run.requests.iter().map(|r| (r.id.clone(), r.output_ids.clone())).collect()
+}
+
+/// Whether all runs computed the same ids, and where each differing run first departs.
+pub fn consistency(runs: &[RunRecord]) -> (bool, Vec<String>) {
+    let Some(first) = runs.first() else { return (true, Vec::new()) };
+    let reference = run_ids(first);
+    let differences: Vec<String> = runs
+        .iter()
+        .skip(1)
+        .filter_map(|run| {
+            let cmp = compare_ids("first run", &run_ids(run), &reference);
+            cmp.first_difference.map(|d| {
+                format!(
+                    "{} chunk {:?} round {}: job {} token {} is {:?}, first run had {:?}",
+                    run.policy.name(), run.chunk_size, run.round, d.job, d.index, d.ours, d.theirs
+                )
+            })
+        })
+        .collect();
+    (differences.is_empty(), differences)
+}
+
+/// Median and spread over rounds, per run configuration and request.
+pub fn summarize_runs(runs: &[RunRecord]) -> Vec<SummaryRow> {
+    let mut groups: BTreeMap<(String, Option<usize>, usize, String), Vec<&RequestRecord>> = BTreeMap::new();
+    let mut order = Vec::new();
+    for run in runs {
+        for req in &run.requests {
+            let key = (run.policy.name().to_string(), run.chunk_size, run.max_active, req.id.clone());
+            if !groups.contains_key(&key) {
+                order.push((key.clone(), run.policy));
+            }
+            groups.entry(key).or_default().push(req);
+        }
+    }
+    order
+        .into_iter()
+        .map(|(key, policy)| {
+            let reqs = &groups[&key];
+            let pick = |f: fn(&RequestRecord) -> f64| summarize(&reqs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            SummaryRow {
+                policy,
+                chunk_size: key.1,
+                max_active: key.2,
+                id: key.3.clone(),
+                ttft_ms: pick(|r| r.ttft_ms),
+                completion_ms: pick(|r| r.completion_ms),
+                max_gap_ms: pick(|r| r.max_gap_ms),
+            }
+        })
+        .collect()
+}
+
+/// The invariants any honest scheduler run satisfies; a list of violations naming the field.
+/// The audit applies these to our artifacts and, where the fields exist, to the seed's.
+pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
+    let mut problems = Vec::new();
+    let at = |field: &str| format!("runs[{run_index}].{field}");
+    for (i, r) in run.requests.iter().enumerate() {
+        if r.ttft_ms > r.completion_ms {
+            problems.push(format!("{}: ttft_ms {} > completion_ms {}", at(&format!("requests[{i}]")), r.ttft_ms, r.completion_ms));
+        }
+        if r.max_gap_ms > round_ms_diff(r.completion_ms, r.ttft_ms) {
+            problems.push(format!("{}: max_gap_ms {} > completion_ms - ttft_ms", at(&format!("requests[{i}]")), r.max_gap_ms));
+        }
+    }
+    let last = run.requests.iter().map(|r| r.completion_ms).fold(f64::NEG_INFINITY, f64::max);
+    if !run.requests.is_empty() && last != run.elapsed_ms {
+        problems.push(format!("{}: {} but the last completion is {last}", at("elapsed_ms"), run.elapsed_ms));
+    }
+    if !run.timeline.is_empty() {
+        let derived = request_metrics(&run.timeline);
+        for (i, r) in run.requests.iter().enumerate() {
+            match derived.iter().find(|d| d.id == r.id) {
+                None => problems.push(format!("{}: request `{}` has no token on the timeline", at(&format!("requests[{i}]")), r.id)),
+                Some(d) => {
+                    let fields = [
+                        ("ttft_ms", d.ttft_ms == r.ttft_ms),
+                        ("completion_ms", d.completion_ms == r.completion_ms),
+                        ("max_gap_ms", d.max_gap_ms == r.max_gap_ms),
+                        ("output_ids", d.output_ids == r.output_ids),
+                    ];
+                    for (name, ok) in fields {
+                        if !ok {
+                            problems.push(format!("{}.{name}: differs from the timeline", at(&format!("requests[{i}]"))));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+fn round_ms_diff(a: f64, b: f64) -> f64 {
+    // Both are microsecond-rounded; allow the rounding of their difference.
+    super::round_ms(a - b) + 0.0005
+}

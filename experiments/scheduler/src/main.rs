@@ -1,0 +1,253 @@
+//! `scheduler`: reproduce the seed 000 study. Three jobs, serial forwards over per-request KV
+//! caches, under each policy; every step timed on one timeline; per-request TTFT, completion
+//! and largest token gap derived from it.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use common::experiment::{prepare, ModelArgs};
+use common::policy::Policy;
+use common::scheduler::study::{
+    compare_ids, consistency, run_ids, summarize_runs, Checks, Environment, Expectations, JobRecord, Parameters,
+    RequestRecord, RunRecord, SchedulerArtifact,
+};
+use common::scheduler::{self, request_metrics, Job, RunConfig};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(about = "Scheduler study: serial policies over per-request KV caches, timed step by step")]
+struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Policies to run (repeatable): fifo, interleave. With --chunk-size, every policy runs with
+    /// every chunk size. [default: the manifest's runs]
+    #[arg(long, value_parser = Policy::parse)]
+    policy: Vec<Policy>,
+    /// Prefill chunk sizes in tokens (repeatable, >= 1) for the --policy runs.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk_size: Vec<u64>,
+    /// Requests admitted at once, for every run [default: the manifest's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_active: Option<u64>,
+    /// Measured repetitions of every run [default: the manifest's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: Option<u64>,
+    /// Unrecorded repetitions before the measured ones [default: the manifest's].
+    #[arg(long)]
+    warmup: Option<u64>,
+}
+
+const EXPERIMENT: &str = "scheduler";
+
+fn main() {
+    common::init_tracing();
+    match run(Args::parse()) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Applies the command-line overrides to the manifest's parameters.
+fn effective(args: &Args, base: &Parameters) -> Parameters {
+    let mut p = base.clone();
+    if !args.policy.is_empty() || !args.chunk_size.is_empty() {
+        let policies = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
+        let chunks: Vec<Option<usize>> =
+            if args.chunk_size.is_empty() { vec![None] } else { args.chunk_size.iter().map(|c| Some(*c as usize)).collect() };
+        let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
+        p.runs = policies
+            .iter()
+            .flat_map(|&policy| chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active }))
+            .collect();
+    }
+    if let Some(m) = args.max_active {
+        p.runs.iter_mut().for_each(|r| r.max_active = m as usize);
+    }
+    if let Some(r) = args.rounds {
+        p.rounds = r as usize;
+    }
+    if let Some(w) = args.warmup {
+        p.warmup = w as usize;
+    }
+    p
+}
+
+fn run(args: Args) -> Result<i32> {
+    let prepared = prepare::<Parameters, Expectations>(EXPERIMENT, &args.model)?;
+    let (base, expectations) = match &prepared.manifest {
+        Some(m) => (m.manifest.parameters.clone(), m.manifest.expectations.clone()),
+        None => (Parameters::seed(), None),
+    };
+    let params = effective(&args, &base);
+    if let Err(problem) = params.validate() {
+        let origin = prepared.manifest.as_ref().map(|m| m.record.path.clone()).unwrap_or_else(|| "parameters".into());
+        bail!("{origin}: {problem}");
+    }
+    let model = &prepared.model;
+
+    let mut jobs = Vec::new();
+    let mut job_records = Vec::new();
+    for (i, spec) in params.jobs.iter().enumerate() {
+        let (_, ids) = model.encode_user_prompt(&spec.prompt).with_context(|| format!("jobs[{i}].prompt"))?;
+        let context = model.config.max_position_embeddings;
+        if ids.len() + spec.max_new_tokens > context {
+            bail!(
+                "jobs[{i}].prompt: {} tokens plus max_new_tokens {} exceed the model's context of {context}; shorten the prompt or lower the cap",
+                ids.len(),
+                spec.max_new_tokens
+            );
+        }
+        job_records.push(JobRecord {
+            id: spec.id.clone(),
+            prompt: spec.prompt.clone(),
+            prompt_tokens: ids.len(),
+            max_new_tokens: spec.max_new_tokens,
+            arrival_ms: spec.arrival_ms,
+        });
+        jobs.push(Job { id: spec.id.clone(), prompt_ids: ids, max_new_tokens: spec.max_new_tokens, arrival_ms: spec.arrival_ms });
+    }
+
+    let total = params.runs.len() * (params.warmup + params.rounds);
+    let mut done = 0;
+    let mut runs = Vec::new();
+    for round in 0..params.warmup + params.rounds {
+        for config in &params.runs {
+            done += 1;
+            let warm = round < params.warmup;
+            tracing::info!(
+                "[{done}/{total}] {} chunk {:?} max_active {}{}",
+                config.policy.name(),
+                config.chunk_size,
+                config.max_active,
+                if warm { " (warmup)" } else { "" }
+            );
+            let outcome = scheduler::run(model, &jobs, *config)?;
+            if warm {
+                continue;
+            }
+            let requests = request_metrics(&outcome.timeline)
+                .into_iter()
+                .map(|m| {
+                    let job = job_records.iter().find(|j| j.id == m.id).expect("timeline jobs come from the job list");
+                    let finish_reason = outcome.finish.iter().find(|(id, _)| *id == m.id).map(|f| f.1).expect("every job finishes");
+                    RequestRecord {
+                        text: model.decode(&m.output_ids),
+                        id: m.id,
+                        prompt: job.prompt.clone(),
+                        prompt_tokens: job.prompt_tokens,
+                        output_ids: m.output_ids,
+                        ttft_ms: m.ttft_ms,
+                        completion_ms: m.completion_ms,
+                        max_gap_ms: m.max_gap_ms,
+                        finish_reason,
+                    }
+                })
+                .collect();
+            runs.push(RunRecord {
+                policy: config.policy,
+                chunk_size: config.chunk_size,
+                max_active: config.max_active,
+                round: round - params.warmup,
+                elapsed_ms: outcome.elapsed_ms,
+                scheduler_overhead_ms: outcome.overhead_ms,
+                requests,
+                timeline: outcome.timeline,
+            });
+        }
+    }
+
+    let (identical, differences) = consistency(&runs);
+    let ours = runs.first().map(run_ids).unwrap_or_default();
+    let checks = Checks {
+        output_ids_identical: identical,
+        differences,
+        expected: expectations.as_ref().and_then(|e| e.output_ids.as_ref()).map(|ids| compare_ids("manifest", &ours, ids)),
+        predecessor: expectations
+            .as_ref()
+            .and_then(|e| e.predecessor.as_ref())
+            .map(|p| compare_ids(&p.source, &ours, &p.output_ids)),
+    };
+
+    let facts = common::build_facts!();
+    let provenance = prepared.provenance(
+        facts,
+        json!({
+            "policy": args.policy.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "chunk_size": args.chunk_size, "max_active": args.max_active,
+            "rounds": args.rounds, "warmup": args.warmup, "model": args.model,
+        }),
+        serde_json::to_value(&params)?,
+    );
+    let pin = prepared.resolved.pin.as_ref();
+    let artifact = SchedulerArtifact {
+        execution_mode: "fresh local model inference with real per-request cache; cooperative serial scheduler".into(),
+        environment: Environment {
+            rust: provenance.build.rustc.clone(),
+            candle: provenance.build.candle.clone(),
+            tokenizers: provenance.build.tokenizers.clone(),
+            platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
+            device: "cpu".into(),
+            dtype: "f32".into(),
+            threads: provenance.threads,
+        },
+        model_id: pin.map(|p| p.repo.clone()).unwrap_or_else(|| prepared.ws.display_path(&prepared.resolved.dir)),
+        model_revision: pin.map(|p| p.revision.clone()),
+        source_sha256: facts.source_sha256.to_string(),
+        arrival_policy: arrival_policy(&params),
+        summary: summarize_runs(&runs),
+        parameters: params,
+        jobs: job_records,
+        runs,
+        checks,
+        limits: "Serial model forwards on one CPU device in F32, one per-request KV cache each; not a continuous-batching kernel or a throughput benchmark.".into(),
+        provenance,
+    };
+    let path = prepared.write(args.model.out.as_ref(), &artifact)?;
+    print_table(&artifact);
+    println!("artifact: {}", prepared.ws.display_path(&path));
+
+    let mut code = 0;
+    if !artifact.checks.output_ids_identical {
+        eprintln!("error: output ids differ across runs: {}", artifact.checks.differences.join("; "));
+        code = 2;
+    }
+    if let Some(c) = artifact.checks.expected.as_ref().filter(|c| !c.matched) {
+        eprintln!("error: output ids differ from the manifest's pinned ids: {:?}", c.first_difference);
+        code = 2;
+    }
+    if let Some(c) = &artifact.checks.predecessor {
+        match &c.first_difference {
+            None => println!("predecessor ids ({}): matched", c.source),
+            Some(d) => println!("predecessor ids ({}): differ first at job {} token {}", c.source, d.job, d.index),
+        }
+    }
+    Ok(code)
+}
+
+fn arrival_policy(p: &Parameters) -> String {
+    if p.jobs.iter().all(|j| j.arrival_ms == 0.0) {
+        "all jobs arrive before the scheduler starts; greedy output, explicit per-job caps".into()
+    } else {
+        "jobs arrive at their manifest arrival_ms from the scheduler's start; greedy output, explicit per-job caps".into()
+    }
+}
+
+fn print_table(a: &SchedulerArtifact) {
+    println!("{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}", "policy", "chunk", "max", "request", "rounds", "ttft_ms", "completion_ms", "max_gap_ms");
+    for row in &a.summary {
+        let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
+        println!(
+            "{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}",
+            row.policy.name(),
+            row.chunk_size.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            row.max_active,
+            row.id,
+            row.ttft_ms.n,
+            med(&row.ttft_ms),
+            med(&row.completion_ms),
+            med(&row.max_gap_ms)
+        );
+    }
+}
