@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Writes Hugging Face transformers' greedy output ids for the seed workload on a checkpoint.
+
+Run by hand (not in CI): it needs torch and transformers from PyPI. The Rust tests compare our
+engine's ids with the JSON this writes, for every policy and chunk size.
+
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers
+    just models generate tiny
+    /tmp/ref/bin/python scripts/transformers_reference.py \
+        --model-dir .models/generated/tiny --manifest manifests/scheduler/tiny.json \
+        --out common/tests/data/transformers-reference-tiny.json
+"""
+
+import argparse
+import json
+import pathlib
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--manifest", required=True, type=pathlib.Path, help="scheduler manifest with the jobs")
+    parser.add_argument("--out", required=True, type=pathlib.Path)
+    args = parser.parse_args()
+
+    manifest = json.loads(args.manifest.read_text())
+    pin = json.loads((args.manifest.parent.parent / "models" / f"{manifest['model']}.json").read_text())
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    model.eval()
+
+    jobs = []
+    for job in manifest["parameters"]["jobs"]:
+        messages = [{"role": "user", "content": job["prompt"]}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor([prompt_ids]),
+                attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                max_new_tokens=job["max_new_tokens"],
+                do_sample=False,
+            )
+        jobs.append({"id": job["id"], "prompt_ids": prompt_ids, "output_ids": out[0, len(prompt_ids):].tolist()})
+
+    result = {
+        "model": pin["name"],
+        "repo": pin["repo"],
+        "revision": pin["revision"],
+        "engine": f"transformers {transformers.__version__}, torch {torch.__version__}, cpu, float32, greedy",
+        "jobs": jobs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
