@@ -20,6 +20,14 @@ test:
     cargo test --workspace
     scripts/check-scaffold.sh
 
+# Audit artifacts against their manifests (default: all of artifacts/); `--external FILE` reads a seed.
+audit *ARGS:
+    cargo run --release -q -p common --bin audit -- {{ARGS}}
+
+# Rewrite a manifest's expectations from a fresh artifact, showing the change: `just pin ARTIFACT`.
+pin ARTIFACT:
+    cargo run --release -q -p common --bin audit -- --update {{ARTIFACT}}
+
 # Pinned models and their state; `just models generate|verify|fetch|pin ...` (see `--help`).
 models *ARGS:
     cargo run --release -q -p common --bin models -- {{ARGS}}

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 pub enum ArtifactError {
     #[error("{0} already exists; artifacts are never overwritten, pick another --out path")]
     Exists(String),
-    #[error("{path}: cannot write: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("{path}: cannot write: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("cannot serialise the artifact: {0}")]
     Serialize(#[from] serde_json::Error),
 }
@@ -24,19 +24,106 @@ pub fn default_path(artifacts_dir: &Path, experiment: &str, manifest: &str, run_
     artifacts_dir.join(experiment).join(manifest).join(format!("{run_id}.json"))
 }
 
-/// Serialises, redacts and writes `artifact` to `path` atomically (temporary file in the same
-/// folder, flushed and synced, then linked into place only if `path` does not exist yet).
+/// Serialises, redacts, seals and writes `artifact` to `path` atomically (temporary file in the
+/// same folder, flushed and synced, then linked into place only if `path` does not exist yet).
 pub fn write_new<T: Serialize>(path: &Path, artifact: &T) -> Result<(), ArtifactError> {
     let mut value = serde_json::to_value(artifact)?;
     Redactor::from_env().redact(&mut value);
+    if let Value::Object(map) = &mut value {
+        let seal = seal(&value_without_seal(map));
+        map.insert(SEAL_KEY.into(), serde_json::to_value(seal)?);
+    }
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
     write_bytes_new(path, text.as_bytes())
 }
 
+/// The top-level key of an artifact's seal.
+pub const SEAL_KEY: &str = "seal";
+
+/// How deep the seal's digests go: one digest per value at this depth (or shallower leaf), so a
+/// changed value is located to its field, e.g. `runs[3].timeline` or `provenance.host`.
+const SEAL_DEPTH: usize = 2;
+
+/// Digests of an artifact's parts, taken when it is written. A hand edit of any recorded value
+/// changes the digest of the part holding it, which the audit names. It detects edits, not
+/// forgeries: whoever edits can recompute it, and provenance plus re-running is the defence there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seal {
+    /// `sha256` of each part's compact JSON, first 16 hex digits.
+    pub algorithm: String,
+    pub digests: std::collections::BTreeMap<String, String>,
+}
+
+fn value_without_seal(map: &serde_json::Map<String, Value>) -> Value {
+    Value::Object(map.iter().filter(|(k, _)| *k != SEAL_KEY).map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+/// The seal of an artifact value (without its `seal` key).
+pub fn seal(value: &Value) -> Seal {
+    let mut digests = std::collections::BTreeMap::new();
+    collect_digests(value, String::new(), 0, &mut digests);
+    Seal { algorithm: "sha256-16".into(), digests }
+}
+
+fn collect_digests(value: &Value, path: String, depth: usize, out: &mut std::collections::BTreeMap<String, String>) {
+    let children: Vec<(String, &Value)> = match value {
+        Value::Object(map) if depth < SEAL_DEPTH => map
+            .iter()
+            .map(|(k, v)| (if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, v))
+            .collect(),
+        Value::Array(items) if depth < SEAL_DEPTH && !path.is_empty() => {
+            items.iter().enumerate().map(|(i, v)| (format!("{path}[{i}]"), v)).collect()
+        }
+        _ => {
+            let digest = crate::digest::bytes_digest(value.to_string().as_bytes(), crate::digest::Algorithm::Sha256);
+            out.insert(path, digest[..16].to_string());
+            return;
+        }
+    };
+    // Arrays count as a level only through their elements' fields, so `runs[3].timeline` is
+    // reached at depth 2 even though `runs` is an array.
+    for (child_path, child) in children {
+        let next = if matches!(value, Value::Array(_)) { depth } else { depth + 1 };
+        collect_digests(child, child_path, next, out);
+    }
+}
+
+/// Checks an artifact's seal; `Ok(None)` when it holds, `Ok(Some(parts))` naming the parts whose
+/// digest changed (or appeared, or vanished), `Err` when there is no readable seal.
+pub fn check_seal(artifact: &Value) -> Result<Option<Vec<String>>, String> {
+    let map = artifact.as_object().ok_or("the artifact is not a JSON object")?;
+    let recorded: Seal = serde_json::from_value(map.get(SEAL_KEY).cloned().ok_or("it has no seal")?)
+        .map_err(|e| format!("its seal does not parse: {e}"))?;
+    let fresh = seal(&value_without_seal(map));
+    let mut changed: Vec<String> = fresh
+        .digests
+        .iter()
+        .filter(|(k, v)| recorded.digests.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .chain(recorded.digests.keys().filter(|k| !fresh.digests.contains_key(*k)).cloned())
+        .collect();
+    changed.sort();
+    changed.dedup();
+    Ok((!changed.is_empty()).then_some(changed))
+}
+
+/// Atomically replaces (or creates) `path` with `bytes`: for reviewed files such as manifests,
+/// where a crash must leave the old version or the new one, never half of one.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
+    let io = |cause| ArtifactError::Io { path: path.display().to_string(), cause };
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".partial-").tempfile_in(parent).map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
 /// Atomic, no-clobber write of raw bytes.
 pub fn write_bytes_new(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
-    let io = |source| ArtifactError::Io { path: path.display().to_string(), source };
+    let io = |cause| ArtifactError::Io { path: path.display().to_string(), cause };
     if path.exists() {
         return Err(ArtifactError::Exists(path.display().to_string()));
     }
@@ -60,8 +147,10 @@ pub fn write_bytes_new(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
 
 /// Replaces home paths with `~` and secret values with `<redacted>` in every string of a value.
 pub struct Redactor {
-    home: Option<String>,
-    secrets: Vec<String>,
+    /// This machine's home folder, replaced wherever it starts a path.
+    pub home: Option<String>,
+    /// Values to replace wherever they occur.
+    pub secrets: Vec<String>,
 }
 
 /// Environment variable names that hold credentials.
@@ -134,6 +223,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_seal_names_the_part_that_was_edited() {
+        let mut v = serde_json::json!({
+            "model_id": "m",
+            "runs": [{"elapsed_ms": 1.5, "requests": [{"ttft_ms": 1.0}]}, {"elapsed_ms": 2.0, "requests": []}],
+            "provenance": {"host": {"cores": 2}, "run_id": "r"},
+        });
+        let s = seal(&v);
+        assert!(s.digests.contains_key("runs[1].elapsed_ms") && s.digests.contains_key("provenance.host"), "{:?}", s.digests.keys());
+        v.as_object_mut().unwrap().insert(SEAL_KEY.into(), serde_json::to_value(&s).unwrap());
+        assert_eq!(check_seal(&v), Ok(None));
+        v["runs"][0]["requests"][0]["ttft_ms"] = serde_json::json!(0.9);
+        v["provenance"]["host"]["cores"] = serde_json::json!(64);
+        assert_eq!(check_seal(&v), Ok(Some(vec!["provenance.host".to_string(), "runs[0].requests".to_string()])));
+        v.as_object_mut().unwrap().remove(SEAL_KEY);
+        assert!(check_seal(&v).is_err());
+    }
+
+    #[test]
     fn home_paths_and_secrets_are_redacted() {
         let r = Redactor { home: Some("/home/alice".into()), secrets: vec!["hf_abcdefSECRET".into()] };
         let mut v = serde_json::json!({
@@ -160,6 +267,7 @@ mod tests {
         assert!(matches!(err, ArtifactError::Exists(_)), "{err}");
         let kept: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(kept["x"], 1);
+        assert_eq!(check_seal(&kept), Ok(None));
         // No temporary file left behind.
         let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("run.json")]);

@@ -40,8 +40,8 @@ pub enum PrepareError {
     WrongExperiment { path: String, found: String, expected: String },
     #[error(transparent)]
     Resolve(#[from] ResolveError),
-    #[error("model in {dir}: {source}")]
-    Load { dir: String, source: LoadError },
+    #[error("model in {dir}: {cause}")]
+    Load { dir: String, cause: LoadError },
     #[error(transparent)]
     Artifact(#[from] ArtifactError),
 }
@@ -112,7 +112,7 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
     };
     tracing::info!(dir = %ws.display_path(&resolved.dir), "loading model");
     let model = LoadedModel::load(&resolved.dir)
-        .map_err(|source| PrepareError::Load { dir: ws.display_path(&resolved.dir), source })?;
+        .map_err(|cause| PrepareError::Load { dir: ws.display_path(&resolved.dir), cause })?;
     Ok(Prepared { experiment, ws, clock, manifest, resolved, model })
 }
 

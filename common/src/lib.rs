@@ -8,6 +8,7 @@
 //! - [`provenance`], [`artifact`], [`schema`], [`stats`]: recording what a run measured.
 
 pub mod artifact;
+pub mod audit;
 pub mod config;
 pub mod digest;
 pub mod engine;

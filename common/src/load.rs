@@ -21,8 +21,8 @@ pub const DTYPE: DType = DType::F32;
 pub enum LoadError {
     #[error("{path}: missing; a Qwen2 checkpoint folder needs it")]
     Missing { path: String },
-    #[error("{path}: cannot read: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("{path}: cannot read: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("tokenizer.json does not parse: {0}")]
@@ -48,11 +48,11 @@ pub struct LoadedModel {
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, LoadError> {
     let path = dir.join(name);
-    std::fs::read(&path).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
+    std::fs::read(&path).map_err(|cause| {
+        if cause.kind() == std::io::ErrorKind::NotFound {
             LoadError::Missing { path: name.to_string() }
         } else {
-            LoadError::Io { path: name.to_string(), source }
+            LoadError::Io { path: name.to_string(), cause }
         }
     })
 }

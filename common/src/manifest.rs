@@ -27,28 +27,35 @@ pub struct ExperimentManifest<P, E> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{path}: cannot read: {source}")]
-    Io { path: String, source: std::io::Error },
-    #[error("{path}: not a valid manifest: {source}; fix the field named here")]
-    Parse { path: String, source: serde_json::Error },
-    #[error("{path}: {source}")]
-    Pin { path: String, source: PinError },
+    #[error("{path}: cannot read: {cause}")]
+    Io { path: String, cause: std::io::Error },
+    #[error("{path}: {field}: {cause}")]
+    Parse { path: String, field: String, cause: serde_json::Error },
+    #[error("{path}: {cause}")]
+    Pin { path: String, cause: PinError },
     #[error("{path}: file name must be `{expected}.json` to match its `name` field")]
     Name { path: String, expected: String },
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), ManifestError> {
     let bytes = std::fs::read(path)
-        .map_err(|source| ManifestError::Io { path: path.display().to_string(), source })?;
-    let value = serde_json::from_slice(&bytes)
-        .map_err(|source| ManifestError::Parse { path: path.display().to_string(), source })?;
+        .map_err(|cause| ManifestError::Io { path: path.display().to_string(), cause })?;
+    // The path to the offending field makes the error say which field to fix.
+    let value = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes)).map_err(|e| {
+        let field = e.path().to_string();
+        ManifestError::Parse {
+            path: path.display().to_string(),
+            field: if field == "." { "(top level)".into() } else { field },
+            cause: e.into_inner(),
+        }
+    })?;
     Ok((value, bytes))
 }
 
 pub fn read_model_pin(path: &Path) -> Result<ModelPin, ManifestError> {
     let (pin, _): (ModelPin, _) = read_json(path)?;
     pin.validate()
-        .map_err(|source| ManifestError::Pin { path: path.display().to_string(), source })?;
+        .map_err(|cause| ManifestError::Pin { path: path.display().to_string(), cause })?;
     if path.file_stem().and_then(|s| s.to_str()) != Some(pin.name.as_str()) {
         return Err(ManifestError::Name { path: path.display().to_string(), expected: pin.name });
     }
@@ -65,7 +72,7 @@ pub fn read_experiment_manifest<P: DeserializeOwned, E: DeserializeOwned>(
 pub fn manifest_sha256(path: &Path) -> Result<String, ManifestError> {
     crate::digest::file_digest(path, crate::digest::Algorithm::Sha256)
         .map(|(_, hex)| hex)
-        .map_err(|source| ManifestError::Io { path: path.display().to_string(), source })
+        .map_err(|cause| ManifestError::Io { path: path.display().to_string(), cause })
 }
 
 /// The manifest's short name: its file stem, used in artifact paths.

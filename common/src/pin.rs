@@ -59,8 +59,8 @@ pub enum PinError {
     Size { path: String, expected_size: u64, actual_size: u64, algo: &'static str, expected: String },
     #[error("{path}: {algo} mismatch: expected {expected}, actual {actual}")]
     Mismatch { path: String, algo: &'static str, expected: String, actual: String },
-    #[error("{path}: cannot read: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("{path}: cannot read: {cause}")]
+    Io { path: String, cause: std::io::Error },
 }
 
 /// Accepts only a full 40-hex commit id.
@@ -121,7 +121,7 @@ impl ModelPin {
                         expected: f.digest.clone(),
                     })
                 }
-                Err(e) => return Err(PinError::Io { path: f.path.clone(), source: e }),
+                Err(e) => return Err(PinError::Io { path: f.path.clone(), cause: e }),
                 Ok(m) if m.len() != f.size => {
                     return Err(PinError::Size {
                         path: f.path.clone(),
@@ -137,7 +137,7 @@ impl ModelPin {
         let mut verified = Vec::with_capacity(self.files.len());
         for f in &self.files {
             let (size, actual) = file_digest(&dir.join(&f.path), f.algorithm)
-                .map_err(|e| PinError::Io { path: f.path.clone(), source: e })?;
+                .map_err(|e| PinError::Io { path: f.path.clone(), cause: e })?;
             if actual != f.digest {
                 return Err(PinError::Mismatch {
                     path: f.path.clone(),
@@ -156,7 +156,7 @@ impl ModelPin {
 /// artifact then records what was used even though nothing vouches for it. Large weight files
 /// get SHA-256 like the Hub's LFS files, the others git blob SHA-1.
 pub fn describe_dir(dir: &Path) -> Result<Vec<PinnedFile>, PinError> {
-    let io = |source| PinError::Io { path: dir.display().to_string(), source };
+    let io = |cause| PinError::Io { path: dir.display().to_string(), cause };
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map_err(io)?
         .filter_map(|e| e.ok())
@@ -174,7 +174,7 @@ pub fn describe_dir(dir: &Path) -> Result<Vec<PinnedFile>, PinError> {
                 Algorithm::GitSha1
             };
             let (size, digest) = file_digest(&dir.join(&name), algo)
-                .map_err(|source| PinError::Io { path: name.clone(), source })?;
+                .map_err(|cause| PinError::Io { path: name.clone(), cause })?;
             Ok(PinnedFile { path: name, size, algorithm: algo, digest })
         })
         .collect()

@@ -89,7 +89,7 @@ impl Workspace {
         let mut out = Vec::new();
         let dir = self.manifests_dir();
         let mut experiments: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map_err(|e| ManifestError::Io { path: dir.display().to_string(), source: e })?
+            .map_err(|e| ManifestError::Io { path: dir.display().to_string(), cause: e })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n != "models"))
             .collect();
@@ -111,7 +111,7 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(ManifestError::Io { path: dir.display().to_string(), source: e }),
+        Err(e) => return Err(ManifestError::Io { path: dir.display().to_string(), cause: e }),
     };
     files.sort();
     Ok(files)

@@ -123,9 +123,7 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     let mut text = serde_json::to_string_pretty(&pin)?;
                     text.push('\n');
-                    let staged = tempfile::NamedTempFile::new_in(path.parent().context("manifests/models")?)?;
-                    std::fs::write(staged.path(), text)?;
-                    staged.persist(&path)?;
+                    common::artifact::write_replace(&path, text.as_bytes())?;
                     println!("wrote {}", ws.display_path(&path));
                 }
             }
@@ -156,7 +154,7 @@ fn list(ws: &Workspace) -> Result<()> {
                 ModelSource::Hub => "missing (`just models fetch NAME` with network, or --model-dir)".to_string(),
                 ModelSource::Generated { .. } => "missing (`just models generate`)".to_string(),
             },
-            Err(ResolveError::Verify { source, .. }) => format!("corrupt: {source}"),
+            Err(ResolveError::Verify { cause, .. }) => format!("corrupt: {cause}"),
             Err(e) => format!("error: {e}"),
         };
         println!("{:<24} {:<10} {:<30} {:<10} {state}", pin.name, source, pin.repo, &pin.revision[..10]);

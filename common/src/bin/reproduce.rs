@@ -1,9 +1,10 @@
-//! `reproduce`: run every experiment on every manifest whose model is available, then print a
-//! table of what was reproduced, skipped (and why) or failed. Run it through `just reproduce`,
+//! `reproduce`: run every experiment on every manifest whose model is available, audit each fresh
+//! artifact, then print a table of what was reproduced, skipped (and why) or failed. Run it through `just reproduce`,
 //! which builds the experiment binaries first.
 
 use anyhow::Result;
 use clap::Parser;
+use common::audit::{audit_artifact, Verdict};
 use common::resolve::{resolve, ResolveError, ResolveOptions};
 use common::workspace::Workspace;
 use std::path::PathBuf;
@@ -101,7 +102,12 @@ fn reproduce_one(ws: &Workspace, bin_dir: &std::path::Path, path: &std::path::Pa
     print!("{stdout}");
     let artifact = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or("no artifact").to_string();
     if output.status.success() {
-        Outcome::Reproduced(artifact)
+        // Every fresh artifact must pass the audit it will face later.
+        let report = audit_artifact(ws, &ws.root.join(&artifact));
+        match report.verdict {
+            Verdict::Ok => Outcome::Reproduced(artifact),
+            _ => Outcome::Failed(format!("audit: {} ({artifact})", report.first_reason())),
+        }
     } else {
         Outcome::Failed(format!("exit status {} ({artifact})", output.status.code().unwrap_or(-1)))
     }

@@ -1,0 +1,80 @@
+//! The engine against a bare candle loop, and the scheduler's own cost, on the generated
+//! `qwen2.5-0.5b` checkpoint (the real model's shapes), in one run:
+//! - decode tokens/s through `Session::step` and through `ModelForCausalLM::forward` directly,
+//!   from the same prompt, and their ratio;
+//! - the scheduler's time outside forward passes per step, as a share of a step, over the seed
+//!   workload under each seed policy.
+
+use candle_core::Tensor;
+use common::engine::Session;
+use common::load::LoadedModel;
+use common::resolve::{resolve, ResolveOptions};
+use common::scheduler::study::Parameters;
+use common::scheduler::{self, Job};
+use common::workspace::Workspace;
+use std::time::Instant;
+
+const DECODE: usize = 31;
+
+fn main() {
+    let ws = Workspace::discover().expect("run from the workspace");
+    let pin = ws.model_pin("qwen2.5-0.5b").unwrap();
+    let resolved = resolve(&ws, &pin, &ResolveOptions { generate_missing: true, offline: true, ..Default::default() })
+        .expect("generate or verify the qwen2.5-0.5b checkpoint");
+    let model = LoadedModel::load(&resolved.dir).unwrap();
+    let params = Parameters::seed();
+    let (_, prompt) = model.encode_user_prompt(&params.jobs[0].prompt).unwrap();
+    println!("qwen2.5-0.5b shape, F32, {} threads, prompt {} tokens, {DECODE} decode steps", candle_core::utils::get_num_threads(), prompt.len());
+
+    // Bare candle: prefill, then one forward per token, argmax on the host.
+    let bare = {
+        let mut m = model.model.clone();
+        m.clear_kv_cache();
+        let ids = Tensor::new(prompt.as_slice(), &model.device).unwrap().unsqueeze(0).unwrap();
+        let logits = m.forward(&ids, 0).unwrap();
+        let mut next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        let t = Instant::now();
+        for i in 0..DECODE {
+            let ids = Tensor::new(&[next], &model.device).unwrap().unsqueeze(0).unwrap();
+            let logits = m.forward(&ids, prompt.len() + i).unwrap();
+            next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        }
+        DECODE as f64 / t.elapsed().as_secs_f64()
+    };
+    // The engine: the same work through Session::step.
+    let engine = {
+        let mut s = Session::new(&model, prompt.clone(), DECODE + 1).unwrap();
+        s.step(None).unwrap();
+        let t = Instant::now();
+        while !s.is_finished() {
+            s.step(None).unwrap();
+        }
+        DECODE as f64 / t.elapsed().as_secs_f64()
+    };
+    println!("decode, bare candle loop   {bare:>7.2} tokens/s");
+    println!("decode, engine session     {engine:>7.2} tokens/s   engine / bare = {:.3}", engine / bare);
+
+    let jobs: Vec<Job> = params
+        .jobs
+        .iter()
+        .map(|j| Job {
+            id: j.id.clone(),
+            prompt_ids: model.encode_user_prompt(&j.prompt).unwrap().1,
+            max_new_tokens: j.max_new_tokens,
+            arrival_ms: 0.0,
+        })
+        .collect();
+    for config in &params.runs {
+        let out = scheduler::run(&model, &jobs, *config).unwrap();
+        let steps = out.timeline.len() as f64;
+        let forward_ms: f64 = out.timeline.iter().map(|s| s.end_ms - s.start_ms).sum();
+        println!(
+            "scheduler {:<10} chunk {:<4} {:>4} steps, overhead {:>7.1} us/step = {:.3}% of a step",
+            config.policy.name(),
+            config.chunk_size.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            steps,
+            out.overhead_ms * 1000.0 / steps,
+            100.0 * out.overhead_ms / forward_ms
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The audit on real scheduler artifacts, in a scratch copy of the workspace so that code and
+//! manifests can be changed: fresh is ok, changed code or manifest is stale, any hand edit is
+//! wrong and named, and pinning takes expectations from a fresh artifact.
+
+use common::artifact::{seal, SEAL_KEY};
+use common::audit::{audit_artifact, pin_from_artifact, Report, Verdict};
+use common::workspace::Workspace;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Scratch {
+    _tmp: tempfile::TempDir,
+    ws: Workspace,
+    models: PathBuf,
+}
+
+fn scratch() -> Scratch {
+    let real = source_hash::find_workspace(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ws");
+    std::fs::create_dir_all(root.join("experiments")).unwrap();
+    for item in ["Cargo.toml", "Cargo.lock", "common", "manifests", "schemas", "experiments/scheduler"] {
+        let status = Command::new("cp").arg("-r").arg(real.join(item)).arg(root.join(item)).status().unwrap();
+        assert!(status.success(), "copying {item}");
+    }
+    let models = tmp.path().join("models");
+    Scratch { _tmp: tmp, ws: Workspace { root }, models }
+}
+
+impl Scratch {
+    fn run(&self, args: &[&str]) -> PathBuf {
+        let out = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+            .current_dir(&self.ws.root)
+            .env("LAB_MODELS_DIR", &self.models)
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let rel = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        self.ws.root.join(rel)
+    }
+
+    fn audit(&self, path: &Path) -> Report {
+        audit_artifact(&self.ws, path)
+    }
+}
+
+fn edit(path: &Path, change: impl FnOnce(&mut Value), reseal: bool) -> PathBuf {
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    change(&mut v);
+    if reseal {
+        let map = v.as_object_mut().unwrap();
+        map.remove(SEAL_KEY);
+        let s = seal(&Value::Object(map.clone()));
+        map.insert(SEAL_KEY.into(), serde_json::to_value(s).unwrap());
+    }
+    let edited = path.with_file_name(format!("edited-{}.json", rand_suffix()));
+    std::fs::write(&edited, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    edited
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn assert_wrong(r: &Report, field_prefix: &str) {
+    assert_eq!(r.verdict, Verdict::Wrong, "{:?}", r.findings);
+    assert!(
+        r.findings.iter().any(|f| f.field.starts_with(field_prefix)),
+        "no finding names {field_prefix}: {:#?}",
+        r.findings
+    );
+}
+
+#[test]
+fn fresh_is_ok_and_every_hand_edit_is_wrong_and_named() {
+    let s = scratch();
+    let path = s.run(&["--rounds", "3", "--warmup", "1"]);
+    let r = s.audit(&path);
+    assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
+    assert_eq!(r.manifest.as_deref(), Some("manifests/scheduler/tiny.json"));
+
+    // Edits caught by the seal alone name the part; derived numbers are caught again by the
+    // recomputation, which names the exact field.
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        ("runs[1].requests", Box::new(|v| v["runs"][1]["requests"][2]["ttft_ms"] = json!(0.001))),
+        ("runs[0].requests", Box::new(|v| v["runs"][0]["requests"][0]["output_ids"][1] = json!(3))),
+        ("runs[2].timeline", Box::new(|v| v["runs"][2]["timeline"][0]["start_ms"] = json!(0.5))),
+        ("runs[4].elapsed_ms", Box::new(|v| v["runs"][4]["elapsed_ms"] = json!(1.0))),
+        ("provenance.model", Box::new(|v| v["provenance"]["model"]["files"][2]["digest"] = json!("0".repeat(64)))),
+        ("provenance.host", Box::new(|v| v["provenance"]["host"]["memory_bytes"] = json!(1))),
+        ("summary[3]", Box::new(|v| v["summary"][3]["ttft_ms"]["p50"] = json!(123.0))),
+        ("jobs[0]", Box::new(|v| v["jobs"][0]["prompt_tokens"] = json!(7))),
+    ];
+    for (field, change) in &cases {
+        let edited = edit(&path, change, false);
+        assert_wrong(&s.audit(&edited), field);
+    }
+    // Resealed edits (as a careful forger would) are still caught where the numbers must agree.
+    let resealed: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        ("runs[1].requests[2].ttft_ms", Box::new(|v| v["runs"][1]["requests"][2]["ttft_ms"] = json!(0.001))),
+        ("runs[4].elapsed_ms", Box::new(|v| v["runs"][4]["elapsed_ms"] = json!(1.0))),
+        ("provenance.model.files[2].digest", Box::new(|v| v["provenance"]["model"]["files"][2]["digest"] = json!("0".repeat(64)))),
+        ("parameters", Box::new(|v| v["parameters"]["rounds"] = json!(9))),
+        ("summary[3]", Box::new(|v| v["summary"][3]["ttft_ms"]["p50"] = json!(123.0))),
+        ("runs[0].requests[0].output_ids", Box::new(|v| v["runs"][0]["requests"][0]["output_ids"][1] = json!(3))),
+    ];
+    for (field, change) in &resealed {
+        let edited = edit(&path, change, true);
+        assert_wrong(&s.audit(&edited), field);
+    }
+    // A file that is not JSON at all.
+    let broken = path.with_file_name("broken.json");
+    std::fs::write(&broken, "{\"runs\": [").unwrap();
+    assert_wrong(&s.audit(&broken), "");
+}
+
+#[test]
+fn changed_code_or_manifest_makes_an_artifact_stale_not_wrong() {
+    let s = scratch();
+    let path = s.run(&["--rounds", "3", "--warmup", "1"]);
+    assert_eq!(s.audit(&path).verdict, Verdict::Ok);
+
+    let lib = s.ws.root.join("common/src/stats.rs");
+    let original = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(&lib, format!("{original}\n// a change\n")).unwrap();
+    let r = s.audit(&path);
+    assert_eq!(r.verdict, Verdict::Stale, "{:#?}", r.findings);
+    assert!(r.first_reason().starts_with("provenance.source.sha256: the code changed"), "{}", r.first_reason());
+    std::fs::write(&lib, original).unwrap();
+    assert_eq!(s.audit(&path).verdict, Verdict::Ok);
+
+    let manifest = s.ws.root.join("manifests/scheduler/tiny.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("{text}\n")).unwrap();
+    let r = s.audit(&path);
+    assert_eq!(r.verdict, Verdict::Stale, "{:#?}", r.findings);
+    assert!(r.first_reason().contains("changed since the run"), "{}", r.first_reason());
+}
+
+#[test]
+fn parameters_other_than_the_manifests_are_wrong() {
+    let s = scratch();
+    let path = s.run(&["--rounds", "1", "--warmup", "0"]);
+    let r = s.audit(&path);
+    assert_wrong(&r, "parameters.rounds");
+}
+
+#[test]
+fn pinning_takes_expectations_from_a_fresh_artifact() {
+    let s = scratch();
+    let manifest = s.ws.root.join("manifests/scheduler/tiny.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["expectations"] = json!({"output_ids": {"interactive-a": [1, 2, 3]}, "predecessor": null});
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+
+    let path = s.run(&["--rounds", "3", "--warmup", "1"]);
+    let r = s.audit(&path);
+    assert_wrong(&r, "runs[0].requests");
+    assert!(r.findings.iter().any(|f| f.check == "expectations"));
+
+    let (manifest_path, old, new) = pin_from_artifact(&s.ws, &path).unwrap();
+    assert_eq!(manifest_path, manifest);
+    let diff = common::audit::line_diff(&old, &new);
+    assert!(diff.iter().any(|l| l.starts_with("+ ") && l.contains("source_sha256")), "{diff:?}");
+    common::artifact::write_replace(&manifest, new.as_bytes()).unwrap();
+    // The pinned manifest matches the next honest run.
+    let next = s.run(&["--rounds", "3", "--warmup", "1"]);
+    let r = s.audit(&next);
+    assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
+    // An artifact that is wrong for another reason is never pinned from.
+    let tampered = edit(&next, |v| v["runs"][0]["elapsed_ms"] = json!(0.0), false);
+    assert!(pin_from_artifact(&s.ws, &tampered).is_err());
+}

@@ -1,0 +1,184 @@
+//! The `scheduler` binary end to end on the tiny generated checkpoint: what it writes, what it
+//! refuses, and what it never records.
+
+use common::scheduler::study::{consistency, run_invariants, SchedulerArtifact};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    source_hash::find_workspace(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// Runs the binary from the workspace root with its own models folder.
+fn scheduler(models: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scheduler"));
+    cmd.current_dir(root()).env("LAB_MODELS_DIR", models).env("HF_HUB_OFFLINE", "1").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn read(path: &Path) -> (String, SchedulerArtifact) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let artifact = serde_json::from_str(&text).unwrap();
+    (text, artifact)
+}
+
+#[test]
+fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run.json");
+    let secret = "hf_TestSecretToken123456";
+    let home = "/home/alice-example";
+    let o = scheduler(
+        &tmp.path().join("models"),
+        &["--manifest", "manifests/scheduler/tiny.json", "--rounds", "2", "--warmup", "0", "--out", out.to_str().unwrap()],
+        &[("HF_TOKEN", secret), ("HOME", home), ("OPENAI_API_KEY", "sk-another-secret-value")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (text, a) = read(&out);
+    for leak in [secret, home, "alice-example", "sk-another-secret-value"] {
+        assert!(!text.contains(leak), "artifact leaks {leak}");
+    }
+
+    // The seed's fields, the seed's three runs, twice.
+    assert_eq!(a.model_id, "generated/tiny");
+    assert_eq!(a.runs.len(), 6);
+    let kinds: Vec<_> = a.runs.iter().map(|r| (r.policy.name(), r.chunk_size, r.round)).collect();
+    assert_eq!(kinds[..3], [("fifo", None, 0), ("interleave", None, 0), ("interleave", Some(64), 0)]);
+    assert_eq!(a.environment.dtype, "f32");
+    assert!(a.jobs.iter().all(|j| j.prompt_tokens > 0));
+
+    // Honest-run invariants hold and the ids are identical across policies and rounds.
+    for (i, run) in a.runs.iter().enumerate() {
+        assert_eq!(run_invariants(i, run), Vec::<String>::new());
+        let ids: Vec<_> = run.requests.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["interactive-a", "interactive-b", "long-document"], "sorted by id like the seed");
+    }
+    assert_eq!(consistency(&a.runs), (true, vec![]));
+    assert!(a.checks.output_ids_identical);
+    assert_eq!(a.summary.len(), 9);
+    assert!(a.summary.iter().all(|row| row.ttft_ms.n == 2));
+
+    // Provenance: the code that made it, as the audit will recompute it, and the manifest.
+    let p = &a.provenance;
+    let current = source_hash::hash_sources(&root(), &source_hash::hashed_roots("experiments/scheduler")).unwrap();
+    assert_eq!(p.source.sha256, current.sha256);
+    assert_eq!(a.source_sha256, current.sha256);
+    let manifest = p.manifest.as_ref().unwrap();
+    assert_eq!(manifest.path, "manifests/scheduler/tiny.json");
+    assert_eq!(manifest.sha256, common::manifest::manifest_sha256(&root().join(&manifest.path)).unwrap());
+    assert!(p.model.pinned);
+    assert_eq!(p.model.files.len(), 5);
+    assert!(p.host.logical_cores > 0 && p.host.memory_bytes > 0);
+    assert!(p.build.rustc.starts_with("rustc "));
+    assert!(p.started_at <= p.finished_at);
+    assert_eq!(p.settings.effective["rounds"], 2);
+}
+
+#[test]
+fn model_dir_without_manifest_runs_unpinned_and_records_digests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    let dir = tmp.path().join("ckpt");
+    common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &dir, false).unwrap();
+    let out = tmp.path().join("unpinned.json");
+    let o = scheduler(
+        &models,
+        &["--model-dir", dir.to_str().unwrap(), "--policy", "interleave", "--chunk-size", "7", "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, a) = read(&out);
+    assert!(!a.provenance.model.pinned);
+    assert!(a.provenance.manifest.is_none());
+    assert_eq!(a.model_revision, None);
+    let pin = common::generate::pin_for(&common::generate::shape("tiny").unwrap(), &dir).unwrap();
+    for f in &pin.files {
+        let recorded = a.provenance.model.files.iter().find(|r| r.path == f.path).unwrap();
+        assert_eq!(recorded.digest, f.digest, "{}", f.path);
+    }
+    assert_eq!(a.runs.len(), 1);
+    assert_eq!((a.runs[0].policy.name(), a.runs[0].chunk_size), ("interleave", Some(7)));
+}
+
+/// Writes a variant of the tiny manifest with `edit` applied and runs it; returns the outcome
+/// and whether any artifact appeared.
+fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("manifests/scheduler/tiny.json")).unwrap()).unwrap();
+    edit(&mut manifest);
+    let path = tmp.path().join("edited.json");
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let out = tmp.path().join("out.json");
+    let o = scheduler(&tmp.path().join("models"), &["--manifest", path.to_str().unwrap(), "--out", out.to_str().unwrap()], &[]);
+    (o, out.exists())
+}
+
+#[test]
+fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+    let long = "word ".repeat(5000);
+    let cases: Vec<(&str, Edit)> = vec![
+        ("runs[0].policy: unknown variant `lifo`", Box::new(|m| m["parameters"]["runs"][0]["policy"] = "lifo".into())),
+        ("runs[2].chunk_size: 0", Box::new(|m| m["parameters"]["runs"][2]["chunk_size"] = 0.into())),
+        ("runs[0].max_active: 0", Box::new(|m| m["parameters"]["runs"][0]["max_active"] = 0.into())),
+        ("runs[0].max_active: invalid value: integer `-1`", Box::new(|m| m["parameters"]["runs"][0]["max_active"] = (-1).into())),
+        ("jobs[1].max_new_tokens: 0", Box::new(|m| m["parameters"]["jobs"][1]["max_new_tokens"] = 0.into())),
+        ("jobs[0].id: empty", Box::new(|m| m["parameters"]["jobs"][0]["id"] = "".into())),
+        ("jobs[2].id: `interactive-a` is used twice", Box::new(|m| m["parameters"]["jobs"][2]["id"] = "interactive-a".into())),
+        ("jobs[1].prompt:", Box::new(move |m| m["parameters"]["jobs"][1]["prompt"] = long.into())),
+        ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
+    ];
+    for (expected, edit) in cases {
+        let (o, wrote) = run_edited(edit);
+        let err = stderr(&o);
+        let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+        assert!(!o.status.success(), "{expected}: succeeded");
+        assert!(line.contains(expected), "expected `{expected}` in: {err}");
+        assert!(!wrote, "{expected}: an artifact was written");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn command_line_mistakes_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    let o = scheduler(&models, &["--policy", "lifo"], &[]);
+    assert!(stderr(&o).contains("unknown policy `lifo`; known policies: fifo, interleave"), "{}", stderr(&o));
+    for flag in ["--chunk-size", "--max-active", "--rounds"] {
+        let o = scheduler(&models, &[flag, "0"], &[]);
+        assert!(!o.status.success() && stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
+    }
+    let o = scheduler(&models, &["--manifest", "manifests/models/tiny.json"], &[]);
+    assert!(stderr(&o).contains("unknown field"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_existing_out_file_is_never_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("taken.json");
+    std::fs::write(&out, "precious").unwrap();
+    let o = scheduler(&tmp.path().join("models"), &["--rounds", "1", "--warmup", "0", "--out", out.to_str().unwrap()], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+}
+
+#[test]
+fn default_manifests_carry_the_seed_workload() {
+    let seed = common::scheduler::study::Parameters::seed();
+    for name in ["tiny", "qwen2.5-0.5b", "qwen2.5-0.5b-instruct"] {
+        let m: common::manifest::ExperimentManifest<common::scheduler::study::Parameters, serde_json::Value> =
+            common::manifest::read_experiment_manifest(&root().join(format!("manifests/scheduler/{name}.json"))).unwrap();
+        assert_eq!(m.parameters.jobs, seed.jobs, "{name}");
+        assert_eq!(m.parameters.runs, seed.runs, "{name}");
+    }
+}
