@@ -11,8 +11,10 @@ mkdir -p "$tmp/experiments" "$tmp/manifests/models"
 cp "$root/manifests/models/tiny.json" "$tmp/manifests/models/"
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
 cd "$tmp"
-cargo run -q -p common --bin new-experiment -- demo
-if cargo run -q -p common --bin new-experiment -- demo 2>/dev/null; then
+# The copy has no experiment yet (cargo would reject its `experiments/*` member glob), so use
+# the new-experiment binary `cargo test` just built.
+"$root/target/debug/new-experiment" demo
+if "$root/target/debug/new-experiment" demo 2>/dev/null; then
   echo "check-scaffold: scaffolding an existing name should fail" >&2; exit 1
 fi
 out=$(cargo run -q -p demo -- --offline)

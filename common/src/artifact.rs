@@ -109,6 +109,16 @@ pub fn check_seal(artifact: &Value) -> Result<Option<Vec<String>>, String> {
     Ok((!changed.is_empty()).then_some(changed))
 }
 
+/// Reads an artifact into its type, leaving the seal aside (check it with [`check_seal`]).
+pub fn read_artifact<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ArtifactError> {
+    let bytes = std::fs::read(path).map_err(|cause| ArtifactError::Io { path: path.display().to_string(), cause })?;
+    let mut value: Value = serde_json::from_slice(&bytes)?;
+    if let Value::Object(map) = &mut value {
+        map.remove(SEAL_KEY);
+    }
+    Ok(serde_json::from_value(value)?)
+}
+
 /// Atomically replaces (or creates) `path` with `bytes`: for reviewed files such as manifests,
 /// where a crash must leave the old version or the new one, never half of one.
 pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {

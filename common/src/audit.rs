@@ -534,10 +534,7 @@ pub fn pin_from_artifact(ws: &Workspace, artifact_path: &Path) -> Result<(PathBu
     if report.experiment.as_deref() != Some("scheduler") {
         return Err(format!("{}: experiment {:?} pins no expectations yet", report.artifact, report.experiment));
     }
-    let text = std::fs::read_to_string(artifact_path).map_err(|e| e.to_string())?;
-    let mut value: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    value.as_object_mut().map(|m| m.remove(SEAL_KEY));
-    let artifact: SchedulerArtifact = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let artifact: SchedulerArtifact = crate::artifact::read_artifact(artifact_path).map_err(|e| e.to_string())?;
     let manifest_path = ws.root.join(&rel);
     let old = std::fs::read_to_string(&manifest_path).map_err(|e| format!("{rel}: {e}"))?;
     let mut manifest: ExperimentManifest<Value, study::Expectations> =

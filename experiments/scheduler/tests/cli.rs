@@ -25,7 +25,7 @@ fn stderr(o: &Output) -> String {
 
 fn read(path: &Path) -> (String, SchedulerArtifact) {
     let text = std::fs::read_to_string(path).unwrap();
-    let artifact = serde_json::from_str(&text).unwrap();
+    let artifact = common::artifact::read_artifact(path).unwrap();
     (text, artifact)
 }
 
