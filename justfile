@@ -38,4 +38,4 @@ new-experiment NAME:
 
 # Benchmarks: checkpoint verification vs plain reading, scheduler overhead and engine vs bare candle.
 bench:
-    cargo bench --workspace
+    cargo bench -p common --bench verify --bench engine

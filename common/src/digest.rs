@@ -44,18 +44,17 @@ const BLOCK: usize = 4 << 20;
 pub fn file_digest(path: &Path, algo: Algorithm) -> io::Result<(u64, String)> {
     let mut file = File::open(path)?;
     let size = file.metadata()?.len();
-    let mut buf = vec![0u8; BLOCK];
     let hex = match algo {
         Algorithm::Sha256 => {
             let mut h = Sha256::new();
-            let read = pump(&mut file, &mut buf, |b| h.update(b))?;
+            let read = pump(&mut file, BLOCK, |b| h.update(b))?;
             check_len(path, size, read)?;
             source_hash::hex(&h.finalize())
         }
         Algorithm::GitSha1 => {
             let mut h = Sha1::new();
             h.update(format!("blob {size}\0").as_bytes());
-            let read = pump(&mut file, &mut buf, |b| h.update(b))?;
+            let read = pump(&mut file, BLOCK, |b| h.update(b))?;
             check_len(path, size, read)?;
             source_hash::hex(&h.finalize())
         }
@@ -76,16 +75,42 @@ pub fn bytes_digest(bytes: &[u8], algo: Algorithm) -> String {
     }
 }
 
-fn pump(file: &mut File, buf: &mut [u8], mut sink: impl FnMut(&[u8])) -> io::Result<u64> {
-    let mut total = 0u64;
-    loop {
-        let n = file.read(buf)?;
-        if n == 0 {
-            return Ok(total);
+/// Feeds the file to `sink` block by block. A reader thread keeps the next blocks coming while
+/// this one hashes, so a cold read and the hashing overlap: verifying costs about the slower of
+/// the two, not their sum.
+fn pump(file: &mut File, block: usize, mut sink: impl FnMut(&[u8])) -> io::Result<u64> {
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(2);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || loop {
+            let mut chunk = empty_rx.try_recv().unwrap_or_else(|_| vec![0u8; block]);
+            chunk.resize(block, 0);
+            let mut filled = 0;
+            while filled < block {
+                match file.read(&mut chunk[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = full_tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            chunk.truncate(filled);
+            if filled == 0 || full_tx.send(Ok(chunk)).is_err() {
+                return;
+            }
+        });
+        let mut total = 0u64;
+        for chunk in full_rx {
+            let chunk = chunk?;
+            sink(&chunk);
+            total += chunk.len() as u64;
+            let _ = empty_tx.send(chunk);
         }
-        sink(&buf[..n]);
-        total += n as u64;
-    }
+        Ok(total)
+    })
 }
 
 /// A file that changes size while we hash it would give a digest of neither version.

@@ -127,7 +127,7 @@ impl<P, E> Prepared<P, E> {
                 facts,
                 requested,
                 effective,
-                model: &self.resolved,
+                model: Some(&self.resolved),
                 manifest: self.manifest.as_ref().map(|m| m.record.clone()),
             },
         )

@@ -21,6 +21,7 @@ pub mod policy;
 pub mod provenance;
 pub mod resolve;
 pub mod scheduler;
+pub mod serving;
 pub mod schema;
 pub mod stats;
 pub mod template;

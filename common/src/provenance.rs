@@ -33,7 +33,8 @@ pub struct Provenance {
     pub host: Host,
     /// Worker threads candle computes with.
     pub threads: usize,
-    pub model: ModelRecord,
+    /// `None` when the experiment ran no model of ours (a benchmark of external servers).
+    pub model: Option<ModelRecord>,
     /// `None` for runs without a manifest (`--model-dir`).
     pub manifest: Option<ManifestRecord>,
 }
@@ -239,7 +240,7 @@ pub struct RunFacts<'a> {
     pub facts: BuildFacts,
     pub requested: Value,
     pub effective: Value,
-    pub model: &'a ResolvedModel,
+    pub model: Option<&'a ResolvedModel>,
     pub manifest: Option<ManifestRecord>,
 }
 
@@ -260,7 +261,7 @@ pub fn collect(ws: &Workspace, run: RunFacts<'_>) -> Provenance {
         build: run.facts.build(),
         host: host(),
         threads: candle_core::utils::get_num_threads(),
-        model: model_record(run.model),
+        model: run.model.map(model_record),
         manifest: run.manifest,
     }
 }

@@ -1,0 +1,3 @@
+fn main() {
+    source_hash::build_script();
+}

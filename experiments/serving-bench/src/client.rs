@@ -1,0 +1,299 @@
+//! The measuring client: sends streaming chat requests, timestamps every stage on a monotonic
+//! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
+//! a panic or a lost run.
+
+use crate::stream::{Event, NdjsonParser, SseParser};
+use common::serving::{ErrorClass, RequestRecord};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The two API families a target can speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    OpenAi,
+    Ollama,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "openai" => Ok(Kind::OpenAi),
+            "ollama" => Ok(Kind::Ollama),
+            other => Err(format!("unknown target kind `{other}`; use openai=URL or ollama=URL")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::OpenAi => "openai",
+            Kind::Ollama => "ollama",
+        }
+    }
+}
+
+/// A server to measure.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub kind: Kind,
+    pub base_url: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub first_token: Duration,
+    pub idle: Duration,
+    pub total: Duration,
+}
+
+/// What one request is.
+#[derive(Debug, Clone)]
+pub struct Spec<'a> {
+    pub concurrency: usize,
+    pub round: usize,
+    pub index: usize,
+    pub prompt_name: &'a str,
+    pub prompt: &'a str,
+    pub max_tokens: usize,
+    pub seed: u64,
+}
+
+pub fn http_client(timeouts: &Timeouts) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(timeouts.connect)
+        .pool_max_idle_per_host(1024)
+        .build()
+        .expect("an HTTP client without TLS builds")
+}
+
+fn url(base: &str, path: &str) -> String {
+    format!("{}{path}", base.trim_end_matches('/'))
+}
+
+/// The model a server serves when none was named: the first it lists.
+pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) -> Result<String, String> {
+    let (path, pointer) = match kind {
+        Kind::OpenAi => ("/v1/models", "/data/0/id"),
+        Kind::Ollama => ("/api/tags", "/models/0/name"),
+    };
+    let v: Value = get_json(client, &url(base, path)).await?;
+    v.pointer(pointer).and_then(Value::as_str).map(str::to_string).ok_or_else(|| format!("{base}{path} lists no model; pass --model"))
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let r = client.get(url).timeout(Duration::from_secs(30)).send().await.map_err(|e| format!("{url}: {e}"))?;
+    if !r.status().is_success() {
+        return Err(format!("{url}: HTTP {}", r.status()));
+    }
+    r.json().await.map_err(|e| format!("{url}: {e}"))
+}
+
+/// The server's version and what it says about the model (recorded as given; `null` with the
+/// reason when a server does not say).
+pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Value) {
+    let note = |e: String| json!({"unavailable": e});
+    match target.kind {
+        Kind::OpenAi => {
+            let version = get_json(client, &url(&target.base_url, "/version")).await.unwrap_or_else(note);
+            let models = get_json(client, &url(&target.base_url, "/v1/models")).await.unwrap_or_else(note);
+            (version, models)
+        }
+        Kind::Ollama => {
+            let version = get_json(client, &url(&target.base_url, "/api/version")).await.unwrap_or_else(note);
+            let show = async {
+                let r = client.post(url(&target.base_url, "/api/show")).json(&json!({"model": target.model})).send().await.map_err(|e| e.to_string())?;
+                if !r.status().is_success() {
+                    return Err(format!("HTTP {}", r.status()));
+                }
+                r.json::<Value>().await.map_err(|e| e.to_string())
+            };
+            (version, show.await.unwrap_or_else(note))
+        }
+    }
+}
+
+fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
+    let messages = json!([{"role": "user", "content": spec.prompt}]);
+    match target.kind {
+        Kind::OpenAi => (
+            url(&target.base_url, "/v1/chat/completions"),
+            json!({"model": target.model, "messages": messages, "max_tokens": spec.max_tokens, "stream": true,
+                   "stream_options": {"include_usage": true}, "seed": spec.seed, "temperature": 0}),
+        ),
+        Kind::Ollama => (
+            url(&target.base_url, "/api/chat"),
+            json!({"model": target.model, "messages": messages, "stream": true,
+                   "options": {"num_predict": spec.max_tokens, "seed": spec.seed, "temperature": 0}}),
+        ),
+    }
+}
+
+/// Sends one streaming request and records it. `t0` is the run's clock origin.
+pub async fn measure(client: &reqwest::Client, target: &Target, spec: &Spec<'_>, timeouts: &Timeouts, t0: Instant) -> RequestRecord {
+    let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
+    let start = Instant::now();
+    let mut rec = RequestRecord {
+        runtime: target.name.clone(),
+        concurrency: spec.concurrency,
+        round: spec.round,
+        index: spec.index,
+        prompt: spec.prompt_name.to_string(),
+        scheduled_s: secs(start),
+        sent_s: None,
+        first_byte_s: None,
+        first_token_s: None,
+        end_s: 0.0,
+        status: None,
+        error: None,
+        error_detail: None,
+        finish_reason: None,
+        usage_completion_tokens: None,
+        usage_prompt_tokens: None,
+        ollama_eval_count: None,
+        ollama_eval_duration_ns: None,
+        ollama_prompt_eval_count: None,
+        ollama_prompt_eval_duration_ns: None,
+        chunks: 0,
+        chunk_gaps_s: Vec::new(),
+    };
+    let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
+    if let Err((class, detail)) = outcome {
+        rec.error = Some(class);
+        rec.error_detail = Some(detail);
+    }
+    rec.end_s = secs(Instant::now());
+    rec
+}
+
+async fn stream_into(
+    client: &reqwest::Client,
+    target: &Target,
+    spec: &Spec<'_>,
+    timeouts: &Timeouts,
+    start: Instant,
+    t0: Instant,
+    rec: &mut RequestRecord,
+) -> Result<(), (ErrorClass, String)> {
+    let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
+    let total_deadline = start + timeouts.total;
+    let first_deadline = start + timeouts.first_token;
+    let (endpoint, body) = request_body(target, spec);
+    rec.sent_s = Some(secs(Instant::now()));
+    let send = client.post(&endpoint).json(&body).send();
+    let response = match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
+        Err(_) => return Err(timeout_class(start, timeouts, false, "no response headers")),
+        Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, first_line(&e))),
+        Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", first_line(&e)))),
+        Ok(Ok(r)) => r,
+    };
+    let status = response.status();
+    rec.status = Some(status.as_u16());
+    if !status.is_success() {
+        let text = tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
+        return Err((ErrorClass::HttpStatus, format!("HTTP {}: {}", status.as_u16(), text.chars().take(200).collect::<String>())));
+    }
+    let mut sse = SseParser::default();
+    let mut ndjson = NdjsonParser::default();
+    let mut events = Vec::new();
+    let mut stream = response.bytes_stream();
+    let mut last_text: Option<Instant> = None;
+    let mut complete = false;
+    loop {
+        let now = Instant::now();
+        let mut deadline = (now + timeouts.idle).min(total_deadline);
+        if rec.first_token_s.is_none() {
+            deadline = deadline.min(first_deadline);
+        }
+        let next = match tokio::time::timeout_at(deadline.into(), stream.next()).await {
+            Err(_) => return Err(timeout_class(start, timeouts, rec.first_token_s.is_some(), "waiting for the stream")),
+            Ok(n) => n,
+        };
+        let at = Instant::now();
+        let ended = next.is_none();
+        match next {
+            None => {
+                match target.kind {
+                    Kind::OpenAi => sse.finish(&mut events),
+                    Kind::Ollama => ndjson.finish(&mut events),
+                }
+            }
+            Some(Err(e)) => return Err((ErrorClass::TruncatedStream, first_line(&e))),
+            Some(Ok(bytes)) => {
+                rec.first_byte_s.get_or_insert(secs(at));
+                match target.kind {
+                    Kind::OpenAi => sse.feed(&bytes, &mut events),
+                    Kind::Ollama => ndjson.feed(&bytes, &mut events),
+                }
+            }
+        }
+        for event in events.drain(..) {
+            match event {
+                Event::Text(_) => {
+                    if rec.first_token_s.is_none() {
+                        rec.first_token_s = Some(secs(at));
+                    }
+                    if let Some(prev) = last_text {
+                        rec.chunk_gaps_s.push(at.duration_since(prev).as_secs_f64());
+                    }
+                    last_text = Some(at);
+                    rec.chunks += 1;
+                }
+                Event::NoText => {}
+                Event::Usage { prompt, completion } => {
+                    rec.usage_prompt_tokens = prompt;
+                    rec.usage_completion_tokens = completion;
+                }
+                Event::Finish(reason) => {
+                    rec.finish_reason = Some(reason);
+                    complete = true;
+                }
+                Event::OllamaDone(c) => {
+                    rec.finish_reason = c.done_reason;
+                    rec.ollama_eval_count = c.eval_count;
+                    rec.ollama_eval_duration_ns = c.eval_duration;
+                    rec.ollama_prompt_eval_count = c.prompt_eval_count;
+                    rec.ollama_prompt_eval_duration_ns = c.prompt_eval_duration;
+                    complete = true;
+                }
+                Event::Done => complete = true,
+                Event::Error(m) => return Err((ErrorClass::ErrorEvent, m)),
+                Event::BadJson(m) => return Err((ErrorClass::BadJson, m)),
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    if complete {
+        Ok(())
+    } else {
+        Err((ErrorClass::TruncatedStream, "the stream ended before its final event".into()))
+    }
+}
+
+/// Which timeout ran out, by the deadlines' order.
+fn timeout_class(start: Instant, t: &Timeouts, had_token: bool, what: &str) -> (ErrorClass, String) {
+    let elapsed = start.elapsed();
+    if elapsed >= t.total {
+        (ErrorClass::TotalTimeout, format!("{what}: total timeout of {:?}", t.total))
+    } else if !had_token && elapsed >= t.first_token {
+        (ErrorClass::FirstTokenTimeout, format!("{what}: no generated text within {:?}", t.first_token))
+    } else {
+        (ErrorClass::IdleTimeout, format!("{what}: nothing for {:?}", t.idle))
+    }
+}
+
+/// A reqwest error with its causes on one line (its own message leaves them out).
+fn first_line(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s.lines().next().unwrap_or_default().to_string()
+}

@@ -1,0 +1,356 @@
+//! `serving-bench`: reproduce the seed 001 benchmark. A strict streaming client measures
+//! OpenAI- and Ollama-compatible servers; with no `--target` it measures the project's own
+//! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use common::experiment::{prepare, ModelArgs};
+use common::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
+use common::workspace::Workspace;
+use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
+use serving_bench::server::{self, ServerConfig};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const EXPERIMENT: &str = "serving-bench";
+
+#[derive(Parser)]
+#[command(about = "Serving benchmark: streaming TTFT, latency and throughput against OpenAI- and Ollama-compatible servers")]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded OpenAI- and Ollama-compatible server until Ctrl-C.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Experiment manifest whose model to serve [default: manifests/serving-bench/tiny.json].
+    #[arg(long, value_name = "PATH")]
+    manifest: Option<std::path::PathBuf>,
+    /// Serve this local Qwen2 checkpoint folder instead (verified when --manifest is given too).
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<std::path::PathBuf>,
+    /// Never download a model.
+    #[arg(long)]
+    offline: bool,
+    /// Address to bind; anything but loopback exposes the server to the network.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Requests computed at once; their steps interleave.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    max_active: u64,
+    /// Requests waiting beyond those; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Largest request body in bytes; larger ones are answered 400.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable). Without it, the
+    /// embedded server on the manifest's model is measured through both APIs.
+    #[arg(long, value_name = "KIND=URL")]
+    target: Vec<String>,
+    /// Model name to request [default: the first model each server lists].
+    #[arg(long)]
+    model_name: Option<String>,
+    /// Unrecorded requests per target first [default: the manifest's].
+    #[arg(long)]
+    warmups: Option<usize>,
+    /// Rounds per concurrency level [default: the manifest's].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Concurrency levels, comma-separated [default: the manifest's].
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Vec<usize>,
+    /// Cap on generated tokens per request [default: the manifest's].
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds to connect [default: the manifest's].
+    #[arg(long)]
+    connect_timeout: Option<f64>,
+    /// Seconds from sending to the first generated text [default: the manifest's].
+    #[arg(long)]
+    first_token_timeout: Option<f64>,
+    /// Seconds of silence allowed inside a stream [default: the manifest's].
+    #[arg(long)]
+    idle_timeout: Option<f64>,
+    /// Seconds for a whole request [default: the manifest's].
+    #[arg(long)]
+    timeout: Option<f64>,
+}
+
+/// The seed's settings, for runs against external servers without a manifest.
+fn seed_parameters() -> Parameters {
+    Parameters {
+        warmups: 2,
+        rounds: 5,
+        concurrency: vec![1, 4],
+        max_tokens: 128,
+        seed: 42,
+        connect_timeout_s: 10.0,
+        first_token_timeout_s: 600.0,
+        idle_timeout_s: 600.0,
+        total_timeout_s: 600.0,
+        server_max_active: 4,
+        server_queue: 64,
+    }
+}
+
+fn main() {
+    common::init_tracing();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = match cli.command {
+        Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+        None => runtime.block_on(bench(cli.bench)),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let model_args = ModelArgs { manifest: args.manifest, model_dir: args.model_dir, out: None, offline: args.offline };
+    let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &model_args)?;
+    let name = model_name(&prepared.resolved);
+    let config = ServerConfig {
+        model_name: name.clone(),
+        max_active: args.max_active as usize,
+        queue: args.queue,
+        max_body_bytes: args.max_body_bytes,
+        chunk_size: None,
+    };
+    let running = server::spawn((args.host, args.port).into(), Arc::new(prepared.model), config)
+        .await
+        .with_context(|| format!("cannot bind {}:{}; pick another --port", args.host, args.port))?;
+    println!("serving `{name}` on http://{} (OpenAI /v1/chat/completions, Ollama /api/chat); Ctrl-C stops", running.addr);
+    tokio::signal::ctrl_c().await?;
+    println!("stopping: finishing open streams");
+    running.stop().await;
+    Ok(())
+}
+
+fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
+    resolved
+        .pin
+        .as_ref()
+        .map(|p| p.name.clone())
+        .unwrap_or_else(|| resolved.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()))
+}
+
+fn effective(args: &BenchArgs, base: Parameters) -> Parameters {
+    let mut p = base;
+    if let Some(v) = args.warmups { p.warmups = v }
+    if let Some(v) = args.rounds { p.rounds = v }
+    if !args.concurrency.is_empty() { p.concurrency = args.concurrency.clone() }
+    if let Some(v) = args.max_tokens { p.max_tokens = v }
+    if let Some(v) = args.seed { p.seed = v }
+    if let Some(v) = args.connect_timeout { p.connect_timeout_s = v }
+    if let Some(v) = args.first_token_timeout { p.first_token_timeout_s = v }
+    if let Some(v) = args.idle_timeout { p.idle_timeout_s = v }
+    if let Some(v) = args.timeout { p.total_timeout_s = v }
+    p
+}
+
+async fn bench(args: BenchArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let clock = common::provenance::RunClock::start();
+    let ws = Workspace::discover()?;
+    let embedded = args.target.is_empty();
+
+    // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
+    let (prepared, base, manifest_record) = if embedded || args.model.manifest.is_some() {
+        let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &args.model)?;
+        let base = prepared.manifest.as_ref().map(|m| m.manifest.parameters.clone()).unwrap_or_else(seed_parameters);
+        let record = prepared.manifest.as_ref().map(|m| m.record.clone());
+        (Some(prepared), base, record)
+    } else {
+        (None, seed_parameters(), None)
+    };
+    let params = effective(&args, base);
+    if let Err(problem) = params.validate() {
+        let origin = manifest_record.as_ref().map(|m| m.path.clone()).unwrap_or_else(|| "parameters".into());
+        bail!("{origin}: {problem}");
+    }
+    let timeouts = Timeouts {
+        connect: Duration::from_secs_f64(params.connect_timeout_s),
+        first_token: Duration::from_secs_f64(params.first_token_timeout_s),
+        idle: Duration::from_secs_f64(params.idle_timeout_s),
+        total: Duration::from_secs_f64(params.total_timeout_s),
+    };
+    let http = client::http_client(&timeouts);
+
+    let mut embedded_server = None;
+    let mut targets = Vec::new();
+    if embedded {
+        let prepared = prepared.as_ref().expect("embedded runs prepare a model");
+        let name = model_name(&prepared.resolved);
+        let config = ServerConfig {
+            model_name: name.clone(),
+            max_active: params.server_max_active,
+            queue: params.server_queue,
+            max_body_bytes: 1 << 20,
+            chunk_size: None,
+        };
+        let model = Arc::new(common::load::LoadedModel::load(&prepared.resolved.dir)?);
+        let running = server::spawn(([127, 0, 0, 1], 0).into(), model, config).await?;
+        let base_url = format!("http://{}", running.addr);
+        for kind in [Kind::OpenAi, Kind::Ollama] {
+            targets.push(Target { name: format!("embedded-{}", kind.name()), kind, base_url: base_url.clone(), model: name.clone() });
+        }
+        embedded_server = Some(running);
+    } else {
+        for (i, spec) in args.target.iter().enumerate() {
+            let (kind, url) = spec.split_once('=').with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000"))?;
+            let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("--target {spec}: the URL must start with http:// or https://");
+            }
+            let model = match &args.model_name {
+                Some(m) => m.clone(),
+                None => client::discover_model(&http, kind, url).await.map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?,
+            };
+            let name = if args.target.len() > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
+            targets.push(Target { name, kind, base_url: url.trim_end_matches('/').to_string(), model });
+        }
+    }
+
+    let mut versions = BTreeMap::new();
+    let mut model_metadata = BTreeMap::new();
+    for t in &targets {
+        let (version, meta) = client::metadata(&http, t).await;
+        versions.insert(t.name.clone(), version);
+        model_metadata.insert(t.name.clone(), meta);
+    }
+
+    let prompts = serving::default_prompts();
+    let prompt_order: Vec<(&String, &String)> = ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
+    let measured: usize = params.concurrency.iter().sum::<usize>() * params.rounds * targets.len();
+    let bar = indicatif::ProgressBar::new((measured + params.warmups * targets.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests {msg}").expect("a valid template").progress_chars("=> "),
+    );
+    let mut records: Vec<RequestRecord> = Vec::new();
+    for target in &targets {
+        bar.set_message(format!("{} warmup", target.name));
+        for w in 0..params.warmups {
+            let (name, prompt) = prompt_order[w % prompt_order.len()];
+            let spec = Spec { concurrency: 1, round: 0, index: w, prompt_name: name, prompt, max_tokens: params.max_tokens, seed: params.seed };
+            client::measure(&http, target, &spec, &timeouts, t0).await;
+            bar.inc(1);
+        }
+        for &c in &params.concurrency {
+            for round in 0..params.rounds {
+                bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
+                let specs: Vec<Spec> = (0..c)
+                    .map(|i| {
+                        let (name, prompt) = prompt_order[(round * c + i) % prompt_order.len()];
+                        Spec { concurrency: c, round, index: i, prompt_name: name, prompt, max_tokens: params.max_tokens, seed: params.seed }
+                    })
+                    .collect();
+                let batch = futures_util::future::join_all(specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0))).await;
+                bar.inc(batch.len() as u64);
+                records.extend(batch);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(s) = embedded_server {
+        s.stop().await;
+    }
+
+    let runtimes: Vec<Runtime> = targets
+        .iter()
+        .map(|t| Runtime { name: t.name.clone(), kind: t.kind.name().into(), base_url: t.base_url.clone(), model: t.model.clone() })
+        .collect();
+    let facts = common::build_facts!();
+    let requested = serde_json::json!({
+        "target": args.target, "model_name": args.model_name, "warmups": args.warmups, "rounds": args.rounds,
+        "concurrency": args.concurrency, "max_tokens": args.max_tokens, "seed": args.seed,
+        "connect_timeout": args.connect_timeout, "first_token_timeout": args.first_token_timeout,
+        "idle_timeout": args.idle_timeout, "timeout": args.timeout, "model": args.model,
+    });
+    let provenance = common::provenance::collect(
+        &ws,
+        common::provenance::RunFacts {
+            experiment: EXPERIMENT,
+            clock: clock.clone(),
+            facts,
+            requested,
+            effective: serde_json::to_value(&params)?,
+            model: prepared.as_ref().map(|p| &p.resolved),
+            manifest: manifest_record,
+        },
+    );
+    let artifact = ServingArtifact {
+        run_id: clock.run_id.clone(),
+        created_at: clock.started_at.clone(),
+        host: serving::ClientHost {
+            platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
+            machine: provenance.host.arch.clone(),
+            rust: provenance.build.rustc.clone(),
+        },
+        arguments: params,
+        summary: serving::summarize_all(&runtimes, &records),
+        runtimes,
+        versions,
+        model_metadata,
+        prompts,
+        measurement_notes: serving::measurement_notes(),
+        completed_at: common::provenance::now_utc(),
+        requests: records,
+        provenance,
+    };
+    let path = match (&args.model.out, &prepared) {
+        (Some(out), _) => out.clone(),
+        (None, Some(p)) => p.artifact_path(None),
+        (None, None) => common::artifact::default_path(&ws.artifacts_dir(), EXPERIMENT, "external", &clock.run_id),
+    };
+    common::artifact::write_new(&path, &artifact)?;
+    print_table(&artifact);
+    println!("artifact: {}", ws.display_path(&path));
+    Ok(())
+}
+
+fn print_table(a: &ServingArtifact) {
+    let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
+        row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "{:<18} {:>4} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11}",
+        "runtime", "conc", "ok", "fail", "ttft p50", "ttft p95", "total p50", "decode t/s", "aggr t/s"
+    );
+    for row in &a.summary {
+        println!(
+            "{:<18} {:>4} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11}",
+            row["runtime"].as_str().unwrap_or_default(),
+            row["concurrency"].to_string(),
+            row["successes"].to_string(),
+            row["failures"].to_string(),
+            f(row, "ttft_s_p50", 1000.0),
+            f(row, "ttft_s_p95", 1000.0),
+            f(row, "total_s_p50", 1000.0),
+            f(row, "decode_tps_mean", 1.0),
+            f(row, "aggregate_output_tps_mean", 1.0),
+        );
+    }
+}

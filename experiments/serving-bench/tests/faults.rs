@@ -1,0 +1,212 @@
+//! The client against a scripted server on loopback. Each test names its fault injector: a tiny
+//! raw-TCP server that answers one request the way a broken or slow server would, which a real
+//! inference server cannot be made to do on demand. Every fault must end as a classified failure
+//! (never a panic, never a lost record), and a clean stream in one-byte reads must succeed.
+
+use common::serving::{ErrorClass, RequestRecord};
+use serving_bench::client::{http_client, measure, Kind, Spec, Target, Timeouts};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the scripted server writes, in order; `Pause` waits before the next write.
+#[derive(Clone)]
+enum Step {
+    Write(Vec<u8>),
+    Pause(Duration),
+    /// Write these bytes one at a time, flushing each.
+    Trickle(Vec<u8>),
+}
+
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+const NDJSON_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n";
+
+fn sse_text(t: &str) -> String {
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":null}}]}}\n\n")
+}
+
+fn good_sse() -> String {
+    format!(
+        "{SSE_HEAD}data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\"}},\"finish_reason\":null}}]}}\n\n{}{}\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}]}}\n\n\
+         data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":3}}}}\n\ndata: [DONE]\n\n",
+        sse_text("Hello"),
+        sse_text(" world")
+    )
+}
+
+/// Fault injector: serves one connection with `script`, reading the request first.
+async fn scripted(script: Vec<Step>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = Vec::new();
+        // Read until the end of the headers and the JSON body (closing brace at the end).
+        while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
+            let n = sock.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        for step in script {
+            match step {
+                Step::Write(b) => {
+                    if sock.write_all(&b).await.is_err() {
+                        return;
+                    }
+                }
+                Step::Pause(d) => tokio::time::sleep(d).await,
+                Step::Trickle(b) => {
+                    for byte in b {
+                        if sock.write_all(&[byte]).await.is_err() {
+                            return;
+                        }
+                        let _ = sock.flush().await;
+                        tokio::time::sleep(Duration::from_micros(50)).await;
+                    }
+                }
+            }
+        }
+        let _ = sock.shutdown().await;
+    });
+    format!("http://{addr}")
+}
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(2),
+        first_token: Duration::from_millis(1000),
+        idle: Duration::from_millis(500),
+        total: Duration::from_secs(3),
+    }
+}
+
+async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
+    let target = Target { name: "scripted".into(), kind, base_url: base, model: "m".into() };
+    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    measure(&http_client(&t), &target, &spec, &t, Instant::now()).await
+}
+
+fn w(s: &str) -> Step {
+    Step::Write(s.as_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn a_clean_stream_in_one_byte_reads_succeeds() {
+    let base = scripted(vec![Step::Trickle(good_sse().into_bytes())]).await;
+    let r = run(Kind::OpenAi, base, timeouts()).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    assert_eq!((r.chunks, r.usage_completion_tokens, r.finish_reason.as_deref()), (2, Some(3), Some("length")));
+    assert_eq!(r.chunk_gaps_s.len(), 1);
+    let (sched, sent, byte, token) = (r.scheduled_s, r.sent_s.unwrap(), r.first_byte_s.unwrap(), r.first_token_s.unwrap());
+    assert!(sched <= sent && sent <= byte && byte <= token && token <= r.end_s, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_stream_without_done_marker_but_finished_succeeds() {
+    let body = good_sse().replace("data: [DONE]\n\n", "");
+    let r = run(Kind::OpenAi, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn fault_connection_refused() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let r = run(Kind::OpenAi, format!("http://{addr}"), timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::Connect), "{:?}", r.error_detail);
+    assert_eq!(r.status, None);
+}
+
+#[tokio::test]
+async fn fault_http_500() {
+    let base = scripted(vec![w("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops")]).await;
+    let r = run(Kind::OpenAi, base, timeouts()).await;
+    assert_eq!((r.error, r.status), (Some(ErrorClass::HttpStatus), Some(500)));
+    assert!(r.error_detail.unwrap().contains("oops"));
+}
+
+#[tokio::test]
+async fn fault_stream_cut_midway() {
+    // Connection-close framing: the stream simply ends before its final event.
+    let cut = format!("{SSE_HEAD}{}", sse_text("Hel"));
+    let r = run(Kind::OpenAi, scripted(vec![w(&cut)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::TruncatedStream), "{:?}", r.error_detail);
+    assert_eq!(r.chunks, 1);
+    // Chunked framing cut inside a chunk: the transport itself reports the break.
+    let chunked = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n\
+                   40\r\n{\"message\":{\"content\":\"Hi\"},\"done\":false}\n";
+    let r = run(Kind::Ollama, scripted(vec![w(chunked)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::TruncatedStream), "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn fault_stall_past_idle_timeout() {
+    let script = vec![w(SSE_HEAD), w(&sse_text("Hi")), Step::Pause(Duration::from_millis(1500)), w(&good_sse())];
+    let r = run(Kind::OpenAi, scripted(script).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::IdleTimeout), "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn fault_no_text_before_first_token_timeout() {
+    // Keep-alive comments arrive (so the idle timer never fires) but no generated text does.
+    let mut script = vec![w(SSE_HEAD)];
+    for _ in 0..12 {
+        script.push(w(": waiting\n\n"));
+        script.push(Step::Pause(Duration::from_millis(150)));
+    }
+    let r = run(Kind::OpenAi, scripted(script).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::FirstTokenTimeout), "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn fault_slow_stream_past_total_timeout() {
+    let mut script = vec![w(SSE_HEAD)];
+    for _ in 0..30 {
+        script.push(w(&sse_text("x")));
+        script.push(Step::Pause(Duration::from_millis(150)));
+    }
+    let t = Timeouts { total: Duration::from_millis(1200), ..timeouts() };
+    let r = run(Kind::OpenAi, scripted(script).await, t).await;
+    assert_eq!(r.error, Some(ErrorClass::TotalTimeout), "{:?}", r.error_detail);
+    assert!(r.chunks >= 2);
+}
+
+#[tokio::test]
+async fn fault_malformed_json() {
+    let body = format!("{SSE_HEAD}{}data: {{\"choices\": [oops\n\n", sse_text("Hi"));
+    let r = run(Kind::OpenAi, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::BadJson), "{:?}", r.error_detail);
+    let nd = format!("{NDJSON_HEAD}{{\"message\":{{\"content\":\"Hi\"}},\"done\":false}}\nnot json\n");
+    let r = run(Kind::Ollama, scripted(vec![w(&nd)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::BadJson), "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn fault_error_event() {
+    let body = format!("{SSE_HEAD}{}event: error\ndata: {{\"message\":\"engine overloaded\"}}\n\n", sse_text("Hi"));
+    let r = run(Kind::OpenAi, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::ErrorEvent));
+    assert_eq!(r.error_detail.as_deref(), Some("engine overloaded"));
+    let nd = format!("{NDJSON_HEAD}{{\"error\":\"model not loaded\"}}\n");
+    let r = run(Kind::Ollama, scripted(vec![w(&nd)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::ErrorEvent));
+}
+
+#[tokio::test]
+async fn ollama_stream_in_one_byte_reads_keeps_counters() {
+    let body = format!(
+        "{NDJSON_HEAD}{{\"message\":{{\"role\":\"assistant\",\"content\":\"Hi\"}},\"done\":false}}\n\
+         {{\"message\":{{\"role\":\"assistant\",\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\
+         \"eval_count\":2,\"eval_duration\":4000000,\"prompt_eval_count\":6,\"prompt_eval_duration\":1000000}}\n"
+    );
+    let r = run(Kind::Ollama, scripted(vec![Step::Trickle(body.into_bytes())]).await, timeouts()).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    assert_eq!((r.ollama_eval_count, r.ollama_prompt_eval_count), (Some(2), Some(6)));
+    assert_eq!(r.decode_tps(), Some(500.0));
+    assert_eq!(r.prompt_tps(), Some(6000.0));
+}
