@@ -154,8 +154,10 @@ pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
             f.wrong("parameters", field, msg);
         }
     }
-    if experiment == "scheduler" {
-        check_scheduler(&body, manifest.as_ref(), &mut f);
+    match experiment.as_str() {
+        "scheduler" => check_scheduler(&body, manifest.as_ref(), &mut f),
+        "serving-bench" => check_serving(&body, &mut f),
+        _ => {}
     }
     f.into_report(shown, Some(experiment), manifest_path)
 }
@@ -375,6 +377,51 @@ fn check_scheduler(body: &Value, manifest: Option<&ExperimentManifest<Value, Val
         }
         if artifact.checks.expected.as_ref() != Some(&cmp) {
             f.wrong("invariants", "checks.expected", "does not match a fresh comparison with the manifest");
+        }
+    }
+}
+
+fn check_serving(body: &Value, f: &mut Findings) {
+    let artifact: crate::serving::ServingArtifact = match serde_json::from_value(body.clone()) {
+        Ok(a) => a,
+        Err(e) => return f.wrong("schema", "", format!("does not read as a serving-bench artifact: {e}")),
+    };
+    if serde_json::to_value(&artifact.arguments).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
+        f.wrong("invariants", "arguments", "differs from provenance.settings.effective");
+    }
+    for (i, r) in artifact.requests.iter().enumerate() {
+        let at = |k: &str| format!("requests[{i}].{k}");
+        let mut times = vec![("scheduled_s", Some(r.scheduled_s)), ("sent_s", r.sent_s), ("first_byte_s", r.first_byte_s)];
+        if r.ok() {
+            times.push(("first_token_s", r.first_token_s));
+        }
+        times.push(("end_s", Some(r.end_s)));
+        let present: Vec<(&str, f64)> = times.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        if let Some(w) = present.windows(2).find(|w| w[0].1 > w[1].1) {
+            f.wrong("invariants", at(w[1].0), format!("{} is before {} {}", w[1].1, w[0].0, w[0].1));
+        }
+        if r.ok() && (r.first_token_s.is_none() || r.status.is_none()) {
+            f.wrong("invariants", at("first_token_s"), "a successful request must have a status and a first token");
+        }
+        if r.ok() != r.error_detail.is_none() {
+            f.wrong("invariants", at("error_detail"), "an error class and its detail come together");
+        }
+        if r.ok() && r.chunk_gaps_s.len() as u64 != r.chunks.saturating_sub(1) {
+            f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
+        }
+        if !artifact.runtimes.iter().any(|t| t.name == r.runtime) {
+            f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime));
+        }
+    }
+    let fresh = crate::serving::summarize_all(&artifact.runtimes, &artifact.requests);
+    for i in 0..fresh.len().max(artifact.summary.len()) {
+        match (fresh.get(i), artifact.summary.get(i)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => {
+                let key = a.keys().chain(b.keys()).find(|k| a.get(*k) != b.get(*k)).cloned().unwrap_or_default();
+                f.wrong("invariants", format!("summary[{i}].{key}"), format!("recorded {}, recomputed from the requests {}", b.get(&key).unwrap_or(&Value::Null), a.get(&key).unwrap_or(&Value::Null)));
+            }
+            _ => f.wrong("invariants", format!("summary[{i}]"), "the groups differ from those of the requests"),
         }
     }
 }

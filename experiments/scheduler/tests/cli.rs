@@ -73,8 +73,8 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
     let manifest = p.manifest.as_ref().unwrap();
     assert_eq!(manifest.path, "manifests/scheduler/tiny.json");
     assert_eq!(manifest.sha256, common::manifest::manifest_sha256(&root().join(&manifest.path)).unwrap());
-    assert!(p.model.pinned);
-    assert_eq!(p.model.files.len(), 5);
+    assert!(p.model.as_ref().unwrap().pinned);
+    assert_eq!(p.model.as_ref().unwrap().files.len(), 5);
     assert!(p.host.logical_cores > 0 && p.host.memory_bytes > 0);
     assert!(p.build.rustc.starts_with("rustc "));
     assert!(p.started_at <= p.finished_at);
@@ -95,12 +95,12 @@ fn model_dir_without_manifest_runs_unpinned_and_records_digests() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let (_, a) = read(&out);
-    assert!(!a.provenance.model.pinned);
+    assert!(!a.provenance.model.as_ref().unwrap().pinned);
     assert!(a.provenance.manifest.is_none());
     assert_eq!(a.model_revision, None);
     let pin = common::generate::pin_for(&common::generate::shape("tiny").unwrap(), &dir).unwrap();
     for f in &pin.files {
-        let recorded = a.provenance.model.files.iter().find(|r| r.path == f.path).unwrap();
+        let recorded = a.provenance.model.as_ref().unwrap().files.iter().find(|r| r.path == f.path).unwrap();
         assert_eq!(recorded.digest, f.digest, "{}", f.path);
     }
     assert_eq!(a.runs.len(), 1);
