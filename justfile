@@ -39,3 +39,4 @@ new-experiment NAME:
 # Benchmarks: checkpoint verification vs plain reading, scheduler overhead and engine vs bare candle.
 bench:
     cargo bench -p common --bench verify --bench engine
+    cargo bench -p serving-bench --bench client
