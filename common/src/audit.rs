@@ -110,14 +110,19 @@ pub fn artifact_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+fn read_json(path: &Path) -> Result<Value, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("does not parse as JSON: {e}"))
+}
+
 /// Audits one of our artifacts against its manifest and the current code.
 pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
     let shown = ws.display_path(path);
     let mut f = Findings(Vec::new());
-    let value: Value = match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+    let value = match read_json(path) {
         Ok(v) => v,
         Err(e) => {
-            f.wrong("parse", "", format!("does not parse as JSON: {e}"));
+            f.wrong("parse", "", e);
             return f.into_report(shown, None, None);
         }
     };
@@ -431,10 +436,10 @@ fn check_serving(body: &Value, f: &mut Findings) {
 /// unreadable is a finding.
 pub fn audit_external(path: &Path, shown: String) -> Report {
     let mut f = Findings(Vec::new());
-    let value: Value = match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+    let value = match read_json(path) {
         Ok(v) => v,
         Err(e) => {
-            f.wrong("parse", "", format!("does not parse as JSON: {e}"));
+            f.wrong("parse", "", e);
             return f.into_report(shown, None, None);
         }
     };

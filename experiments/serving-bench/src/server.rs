@@ -319,23 +319,23 @@ fn read_body(api: Api, body: RawBody, limit: usize) -> Result<Bytes, Response> {
     body.map_err(|e| error(api, StatusCode::BAD_REQUEST, "body", format!("request body rejected ({e}); the limit is {limit} bytes")))
 }
 
+/// Reads, validates and queues a generation request: everything before the answer starts.
+fn accept(state: &AppState, api: Api, body: RawBody, chat: bool) -> Result<(Bytes, Request, mpsc::UnboundedReceiver<Event>), Response> {
+    let body = read_body(api, body, state.config.max_body_bytes)?;
+    let req = parse(state, api, &body, chat)?;
+    let rx = submit(state, api, &req)?;
+    Ok((body, req, rx))
+}
+
 async fn openai_chat(State(state): State<Arc<AppState>>, body: RawBody) -> Response {
-    let body = match read_body(Api::OpenAi, body, state.config.max_body_bytes) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    let req = match parse(&state, Api::OpenAi, &body, true) {
-        Ok(r) => r,
+    let (body, req, mut rx) = match accept(&state, Api::OpenAi, body, true) {
+        Ok(accepted) => accepted,
         Err(e) => return e,
     };
     let include_usage = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.pointer("/stream_options/include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
-    let mut rx = match submit(&state, Api::OpenAi, &req) {
-        Ok(rx) => rx,
-        Err(e) => return e,
-    };
     let id = format!("chatcmpl-{:x}", now_secs() ^ (rx.len() as u64) ^ std::process::id() as u64);
     let model = state.config.model_name.clone();
     let created = now_secs();
@@ -413,16 +413,8 @@ async fn ollama_generate(state: State<Arc<AppState>>, body: RawBody) -> Response
 }
 
 async fn ollama(State(state): State<Arc<AppState>>, body: RawBody, chat: bool) -> Response {
-    let body = match read_body(Api::Ollama, body, state.config.max_body_bytes) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    let req = match parse(&state, Api::Ollama, &body, chat) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    let mut rx = match submit(&state, Api::Ollama, &req) {
-        Ok(rx) => rx,
+    let (_, req, mut rx) = match accept(&state, Api::Ollama, body, chat) {
+        Ok(accepted) => accepted,
         Err(e) => return e,
     };
     let model = state.config.model_name.clone();
