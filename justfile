@@ -28,6 +28,10 @@ audit *ARGS:
 pin ARTIFACT:
     cargo run --release -q -p common --bin audit -- --update {{ARTIFACT}}
 
+# Render artifacts into SVG/PNG charts and a Markdown page (default: newest per manifest, into artifacts/reports/).
+report *ARGS:
+    cargo run --release -q -p report -- {{ARGS}}
+
 # Pinned models and their state; `just models generate|verify|fetch|pin ...` (see `--help`).
 models *ARGS:
     cargo run --release -q -p common --bin models -- {{ARGS}}

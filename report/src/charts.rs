@@ -1,0 +1,250 @@
+//! The charts, each drawn once per backend (SVG and PNG) from the same code. Nothing in them
+//! depends on the clock, so the same artifact always renders to the same bytes.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// DejaVu Sans, bundled so that text renders the same on every machine.
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// Registers the bundled font under the family every chart uses. Call once before drawing.
+pub fn init_font() -> Result<(), String> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| "the bundled font does not parse".to_string())
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Something that can draw itself on any plotters backend.
+pub trait Chart {
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+}
+
+/// Writes `<stem>.svg` and `<stem>.png`.
+pub fn render(chart: &impl Chart, stem: &Path) -> Result<(), String> {
+    let size = chart.size();
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    {
+        let area = SVGBackend::new(&svg, size).into_drawing_area();
+        chart.draw(&area)?;
+        area.present().map_err(|e| format!("{}: {e}", svg.display()))?;
+    }
+    let area = BitMapBackend::new(&png, size).into_drawing_area();
+    chart.draw(&area)?;
+    area.present().map_err(|e| format!("{}: {e}", png.display()))
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// One lane per request; prefill and decode steps as bars on a shared millisecond axis, with
+/// each request's first token and completion marked.
+pub struct Timeline {
+    pub title: String,
+    pub lanes: Vec<String>,
+    /// (lane, prefill?, start, end)
+    pub steps: Vec<(usize, bool, f64, f64)>,
+    /// (lane, ttft, completion)
+    pub marks: Vec<(usize, f64, f64)>,
+    pub end: f64,
+}
+
+impl Chart for Timeline {
+    fn size(&self) -> (u32, u32) {
+        (1000, 140 + 60 * self.lanes.len() as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        area.fill(&WHITE).map_err(err)?;
+        let n = self.lanes.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(130)
+            .build_cartesian_2d(0f64..(self.end * 1.02).max(1e-3), 0f64..n)
+            .map_err(err)?;
+        let lanes = self.lanes.clone();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(self.lanes.len() * 2 + 1)
+            .y_label_formatter(&move |y| {
+                let i = y.floor() as usize;
+                if (y - y.floor() - 0.5).abs() < 1e-6 { lanes.get(i).cloned().unwrap_or_default() } else { String::new() }
+            })
+            .x_desc("milliseconds since the scheduler started")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        for (prefill, label, color) in [(true, "prefill", PALETTE[0]), (false, "decode", PALETTE[1])] {
+            chart
+                .draw_series(self.steps.iter().filter(|s| s.1 == prefill).map(|&(lane, _, start, end)| {
+                    let y = lane as f64;
+                    Rectangle::new([(start, y + 0.2), (end.max(start), y + 0.8)], color.filled())
+                }))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }
+        for (which, label, color) in [(0, "first token", BLACK), (1, "completion", PALETTE[3])] {
+            chart
+                .draw_series(self.marks.iter().map(|&(lane, ttft, done)| {
+                    let x = if which == 0 { ttft } else { done };
+                    let y = lane as f64;
+                    PathElement::new(vec![(x, y + 0.05), (x, y + 0.95)], color.stroke_width(2))
+                }))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)
+    }
+}
+
+/// Grouped bars: one group per category, one bar per series, optional min-max whiskers.
+pub struct Grouped {
+    pub title: String,
+    pub y_label: String,
+    pub categories: Vec<String>,
+    /// (series name, per category: (value, optional (low, high)))
+    pub series: Vec<(String, Vec<(f64, Option<(f64, f64)>)>)>,
+}
+
+impl Chart for Grouped {
+    fn size(&self) -> (u32, u32) {
+        (1000, 460)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        area.fill(&WHITE).map_err(err)?;
+        let top = self
+            .series
+            .iter()
+            .flat_map(|(_, vs)| vs.iter().map(|(v, spread)| spread.map(|s| s.1).unwrap_or(*v).max(*v)))
+            .filter(|v| v.is_finite())
+            .fold(0f64, f64::max)
+            .max(1e-9);
+        let n = self.categories.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(10)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..n, (-0.12 * top)..(top * 1.15))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(&self.y_label)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(self.categories.iter().enumerate().map(|(i, c)| {
+                Text::new(c.clone(), (i as f64 + 0.5, -0.04 * top), ("sans-serif", 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Top,
+                )))
+            }))
+            .map_err(err)?;
+        let k = self.series.len().max(1) as f64;
+        let width = 0.8 / k;
+        for (j, (name, values)) in self.series.iter().enumerate() {
+            let color = PALETTE[j % PALETTE.len()];
+            let x0 = |i: usize| i as f64 + 0.1 + j as f64 * width;
+            chart
+                .draw_series(values.iter().enumerate().filter(|(_, (v, _))| v.is_finite()).map(|(i, (v, _))| {
+                    Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.9, *v)], color.filled())
+                }))
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            chart
+                .draw_series(values.iter().enumerate().filter_map(|(i, (_, spread))| {
+                    let (lo, hi) = (*spread)?;
+                    let x = x0(i) + width * 0.45;
+                    Some(PathElement::new(vec![(x, lo), (x, hi)], BLACK.stroke_width(2)))
+                }))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)
+    }
+}
+
+/// Latency distributions: value against percentile, one line per group.
+pub struct Percentiles {
+    pub title: String,
+    pub y_label: String,
+    /// (group, points (percentile, value))
+    pub lines: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+impl Chart for Percentiles {
+    fn size(&self) -> (u32, u32) {
+        (1000, 460)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        area.fill(&WHITE).map_err(err)?;
+        let top = self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).filter(|v| v.is_finite()).fold(0f64, f64::max).max(1e-9);
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..100f64, 0f64..top * 1.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc(&self.y_label)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        for (j, (name, points)) in self.lines.iter().enumerate() {
+            let color = PALETTE[j % PALETTE.len()];
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)
+    }
+}
