@@ -24,7 +24,11 @@ fn main() {
     let model = LoadedModel::load(&resolved.dir).unwrap();
     let params = Parameters::seed();
     let (_, prompt) = model.encode_user_prompt(&params.jobs[0].prompt).unwrap();
-    println!("qwen2.5-0.5b shape, F32, {} threads, prompt {} tokens, {DECODE} decode steps", candle_core::utils::get_num_threads(), prompt.len());
+    println!(
+        "qwen2.5-0.5b shape, F32, {} threads, prompt {} tokens, {DECODE} decode steps",
+        candle_core::utils::get_num_threads(),
+        prompt.len()
+    );
 
     // Bare candle: prefill, then one forward per token, argmax on the host.
     let bare = {

@@ -22,7 +22,11 @@ fn best_of<T>(n: usize, mut f: impl FnMut() -> T) -> Duration {
 
 #[cfg(target_arch = "x86_64")]
 fn sha_extensions() -> &'static str {
-    if std::arch::is_x86_feature_detected!("sha") { "yes" } else { "no" }
+    if std::arch::is_x86_feature_detected!("sha") {
+        "yes"
+    } else {
+        "no"
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]

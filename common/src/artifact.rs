@@ -69,10 +69,9 @@ pub fn seal(value: &Value) -> Seal {
 
 fn collect_digests(value: &Value, path: String, depth: usize, out: &mut std::collections::BTreeMap<String, String>) {
     let children: Vec<(String, &Value)> = match value {
-        Value::Object(map) if depth < SEAL_DEPTH => map
-            .iter()
-            .map(|(k, v)| (if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, v))
-            .collect(),
+        Value::Object(map) if depth < SEAL_DEPTH => {
+            map.iter().map(|(k, v)| (if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, v)).collect()
+        }
         Value::Array(items) if depth < SEAL_DEPTH && !path.is_empty() => {
             items.iter().enumerate().map(|(i, v)| (format!("{path}[{i}]"), v)).collect()
         }
@@ -172,10 +171,8 @@ fn is_secret_name(name: &str) -> bool {
 impl Redactor {
     pub fn from_env() -> Self {
         let home = std::env::var("HOME").ok().map(|h| h.trim_end_matches('/').to_string()).filter(|h| h.len() > 1);
-        let mut secrets: Vec<String> = std::env::vars()
-            .filter(|(k, v)| is_secret_name(k) && v.len() >= 6)
-            .map(|(_, v)| v)
-            .collect();
+        let mut secrets: Vec<String> =
+            std::env::vars().filter(|(k, v)| is_secret_name(k) && v.len() >= 6).map(|(_, v)| v).collect();
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         Redactor { home, secrets }
@@ -240,7 +237,11 @@ mod tests {
             "provenance": {"host": {"cores": 2}, "run_id": "r"},
         });
         let s = seal(&v);
-        assert!(s.digests.contains_key("runs[1].elapsed_ms") && s.digests.contains_key("provenance.host"), "{:?}", s.digests.keys());
+        assert!(
+            s.digests.contains_key("runs[1].elapsed_ms") && s.digests.contains_key("provenance.host"),
+            "{:?}",
+            s.digests.keys()
+        );
         v.as_object_mut().unwrap().insert(SEAL_KEY.into(), serde_json::to_value(&s).unwrap());
         assert_eq!(check_seal(&v), Ok(None));
         v["runs"][0]["requests"][0]["ttft_ms"] = serde_json::json!(0.9);
@@ -279,7 +280,8 @@ mod tests {
         assert_eq!(kept["x"], 1);
         assert_eq!(check_seal(&kept), Ok(None));
         // No temporary file left behind.
-        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("run.json")]);
     }
 }

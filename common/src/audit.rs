@@ -128,7 +128,9 @@ pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
     };
     match check_seal(&value) {
         Ok(None) => {}
-        Ok(Some(parts)) => f.wrong("seal", parts[0].clone(), format!("edited after the run (seal mismatch in {})", parts.join(", "))),
+        Ok(Some(parts)) => {
+            f.wrong("seal", parts[0].clone(), format!("edited after the run (seal mismatch in {})", parts.join(", ")))
+        }
         Err(e) => f.wrong("seal", SEAL_KEY, e),
     }
     let mut body = value.clone();
@@ -138,7 +140,11 @@ pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
     let experiment = body.pointer("/provenance/experiment").and_then(Value::as_str).map(str::to_string);
     let version = body.pointer("/provenance/schema_version").and_then(Value::as_u64);
     let Some(experiment) = experiment else {
-        f.wrong("schema", "provenance.experiment", "missing: not an artifact of this project (foreign ones: --external)");
+        f.wrong(
+            "schema",
+            "provenance.experiment",
+            "missing: not an artifact of this project (foreign ones: --external)",
+        );
         return f.into_report(shown, None, None);
     };
     check_schema(ws, &experiment, version.unwrap_or(0), &body, &mut f);
@@ -146,7 +152,12 @@ pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
     let manifest_path = body.pointer("/provenance/manifest/path").and_then(Value::as_str).map(str::to_string);
     let manifest = match &manifest_path {
         None => {
-            f.add(Severity::Note, "manifest", "provenance.manifest", "unpinned run (--model-dir without a manifest): internal checks only");
+            f.add(
+                Severity::Note,
+                "manifest",
+                "provenance.manifest",
+                "unpinned run (--model-dir without a manifest): internal checks only",
+            );
             None
         }
         Some(rel) => check_manifest(ws, rel, &body, &mut f),
@@ -171,7 +182,12 @@ fn check_schema(ws: &Workspace, experiment: &str, version: u64, body: &Value, f:
     let name = format!("{experiment}-artifact.v{version}");
     let path = ws.root.join("schemas").join(format!("{name}.json"));
     let Ok(text) = std::fs::read_to_string(&path) else {
-        f.add(Severity::Note, "schema", "", format!("no committed schema schemas/{name}.json; structure not validated"));
+        f.add(
+            Severity::Note,
+            "schema",
+            "",
+            format!("no committed schema schemas/{name}.json; structure not validated"),
+        );
         return;
     };
     let schema: Value = match serde_json::from_str(&text) {
@@ -205,7 +221,12 @@ fn json_path(pointer: &str) -> String {
     out
 }
 
-fn check_manifest(ws: &Workspace, rel: &str, body: &Value, f: &mut Findings) -> Option<ExperimentManifest<Value, Value>> {
+fn check_manifest(
+    ws: &Workspace,
+    rel: &str,
+    body: &Value,
+    f: &mut Findings,
+) -> Option<ExperimentManifest<Value, Value>> {
     let path = ws.root.join(rel);
     if !path.is_file() {
         f.wrong("manifest", "provenance.manifest.path", format!("{rel} does not exist"));
@@ -245,7 +266,11 @@ fn check_pin(ws: &Workspace, manifest: &ExperimentManifest<Value, Value>, body: 
         Err(e) => return f.wrong("pin", "provenance.model.name", e.to_string()),
     };
     let model = body.pointer("/provenance/model").cloned().unwrap_or(Value::Null);
-    let expect = [("name", Some(pin.name.as_str())), ("repo", Some(pin.repo.as_str())), ("revision", Some(pin.revision.as_str()))];
+    let expect = [
+        ("name", Some(pin.name.as_str())),
+        ("repo", Some(pin.repo.as_str())),
+        ("revision", Some(pin.revision.as_str())),
+    ];
     for (key, want) in expect {
         let got = model.get(key).and_then(Value::as_str);
         if got != want {
@@ -260,20 +285,41 @@ fn check_pin(ws: &Workspace, manifest: &ExperimentManifest<Value, Value>, body: 
         let got = files.iter().find(|v| v.get("path").and_then(Value::as_str) == Some(want.path.as_str()));
         match got {
             None => f.wrong("pin", format!("provenance.model.files[{i}]"), format!("{} is not recorded", want.path)),
-            Some(g) if g.get("digest").and_then(Value::as_str) != Some(want.digest.as_str()) || g.get("size").and_then(Value::as_u64) != Some(want.size) => {
-                f.wrong("pin", format!("provenance.model.files[{i}].digest"), format!("{}: recorded {} differs from the pin's {}", want.path, g.get("digest").unwrap_or(&Value::Null), want.digest))
+            Some(g)
+                if g.get("digest").and_then(Value::as_str) != Some(want.digest.as_str())
+                    || g.get("size").and_then(Value::as_u64) != Some(want.size) =>
+            {
+                f.wrong(
+                    "pin",
+                    format!("provenance.model.files[{i}].digest"),
+                    format!(
+                        "{}: recorded {} differs from the pin's {}",
+                        want.path,
+                        g.get("digest").unwrap_or(&Value::Null),
+                        want.digest
+                    ),
+                )
             }
             Some(_) => {}
         }
     }
     if files.len() != pin.files.len() {
-        f.wrong("pin", "provenance.model.files", format!("{} files recorded, the pin has {}", files.len(), pin.files.len()));
+        f.wrong(
+            "pin",
+            "provenance.model.files",
+            format!("{} files recorded, the pin has {}", files.len(), pin.files.len()),
+        );
     }
     let pin_path = ws.manifests_dir().join("models").join(format!("{}.json", pin.name));
     let recorded = body.pointer("/provenance/manifest/model_pin_sha256").and_then(Value::as_str).unwrap_or_default();
     if let Ok(now) = manifest_sha256(&pin_path) {
         if now != recorded {
-            f.add(Severity::Stale, "pin", "provenance.manifest.model_pin_sha256", format!("the pin file changed since the run (recorded {}, now {})", short(recorded), short(&now)));
+            f.add(
+                Severity::Stale,
+                "pin",
+                "provenance.manifest.model_pin_sha256",
+                format!("the pin file changed since the run (recorded {}, now {})", short(recorded), short(&now)),
+            );
         }
     }
 }
@@ -282,14 +328,22 @@ fn check_source(ws: &Workspace, body: &Value, f: &mut Findings) {
     let recorded = body.pointer("/provenance/source/sha256").and_then(Value::as_str).unwrap_or_default();
     let crate_dir = body.pointer("/provenance/source/crate_dir").and_then(Value::as_str).unwrap_or_default();
     if crate_dir.is_empty() || !ws.root.join(crate_dir).is_dir() {
-        return f.wrong("source", "provenance.source.crate_dir", format!("`{crate_dir}` is not an experiment crate of this workspace"));
+        return f.wrong(
+            "source",
+            "provenance.source.crate_dir",
+            format!("`{crate_dir}` is not an experiment crate of this workspace"),
+        );
     }
     match source_hash::hash_sources(&ws.root, &source_hash::hashed_roots(crate_dir)) {
         Ok(now) if now.sha256 != recorded => f.add(
             Severity::Stale,
             "source",
             "provenance.source.sha256",
-            format!("the code changed since the run (recorded {}, now {}); re-run it", short(recorded), short(&now.sha256)),
+            format!(
+                "the code changed since the run (recorded {}, now {}); re-run it",
+                short(recorded),
+                short(&now.sha256)
+            ),
         ),
         Ok(_) => {}
         Err(e) => f.wrong("source", "provenance.source.crate_dir", format!("cannot hash the sources: {e}")),
@@ -310,7 +364,10 @@ pub fn diff_values(recorded: &Value, expected: &Value, path: &str) -> Vec<(Strin
                 }
             }
             for k in b.keys().filter(|k| !a.contains_key(*k)) {
-                out.push((format!("{path}.{k}"), "missing: the manifest sets it, the artifact does not record it".into()));
+                out.push((
+                    format!("{path}.{k}"),
+                    "missing: the manifest sets it, the artifact does not record it".into(),
+                ));
             }
         }
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
@@ -363,20 +420,24 @@ fn check_scheduler(body: &Value, manifest: Option<&ExperimentManifest<Value, Val
         f.wrong("invariants", "checks.output_ids_identical", "does not match the runs");
     }
     let summary = study::summarize_runs(&artifact.runs);
-    if let Some(i) = (0..summary.len().max(artifact.summary.len())).find(|&i| summary.get(i) != artifact.summary.get(i)) {
+    if let Some(i) = (0..summary.len().max(artifact.summary.len())).find(|&i| summary.get(i) != artifact.summary.get(i))
+    {
         f.wrong("invariants", format!("summary[{i}]"), "differs from the statistics recomputed from the runs");
     }
     let ours = artifact.runs.first().map(study::run_ids).unwrap_or_default();
-    let expectations: Option<study::Expectations> = manifest
-        .and_then(|m| m.expectations.clone())
-        .and_then(|e| serde_json::from_value(e).ok());
+    let expectations: Option<study::Expectations> =
+        manifest.and_then(|m| m.expectations.clone()).and_then(|e| serde_json::from_value(e).ok());
     if let Some(expected) = expectations.as_ref().and_then(|e| e.output_ids.as_ref()) {
         let cmp = study::compare_ids("manifest", &ours, expected);
         if let Some(d) = &cmp.first_difference {
             let run = artifact.runs.iter().position(|_| true).unwrap_or(0);
             f.wrong(
                 "expectations",
-                format!("runs[{run}].requests[{}].output_ids[{}]", artifact.runs[run].requests.iter().position(|r| r.id == d.job).unwrap_or(0), d.index),
+                format!(
+                    "runs[{run}].requests[{}].output_ids[{}]",
+                    artifact.runs[run].requests.iter().position(|r| r.id == d.job).unwrap_or(0),
+                    d.index
+                ),
                 format!("job {}: {:?}, the manifest pins {:?}", d.job, d.ours, d.theirs),
             );
         }
@@ -396,7 +457,8 @@ fn check_serving(body: &Value, f: &mut Findings) {
     }
     for (i, r) in artifact.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
-        let mut times = vec![("scheduled_s", Some(r.scheduled_s)), ("sent_s", r.sent_s), ("first_byte_s", r.first_byte_s)];
+        let mut times =
+            vec![("scheduled_s", Some(r.scheduled_s)), ("sent_s", r.sent_s), ("first_byte_s", r.first_byte_s)];
         if r.ok() {
             times.push(("first_token_s", r.first_token_s));
         }
@@ -424,7 +486,15 @@ fn check_serving(body: &Value, f: &mut Findings) {
             (Some(a), Some(b)) if a == b => {}
             (Some(a), Some(b)) => {
                 let key = a.keys().chain(b.keys()).find(|k| a.get(*k) != b.get(*k)).cloned().unwrap_or_default();
-                f.wrong("invariants", format!("summary[{i}].{key}"), format!("recorded {}, recomputed from the requests {}", b.get(&key).unwrap_or(&Value::Null), a.get(&key).unwrap_or(&Value::Null)));
+                f.wrong(
+                    "invariants",
+                    format!("summary[{i}].{key}"),
+                    format!(
+                        "recorded {}, recomputed from the requests {}",
+                        b.get(&key).unwrap_or(&Value::Null),
+                        a.get(&key).unwrap_or(&Value::Null)
+                    ),
+                );
             }
             _ => f.wrong("invariants", format!("summary[{i}]"), "the groups differ from those of the requests"),
         }
@@ -444,7 +514,12 @@ pub fn audit_external(path: &Path, shown: String) -> Report {
         }
     };
     if value.get("provenance").is_none() {
-        f.add(Severity::Note, "lacks", "provenance", "no provenance block: code version, build, host details and model digests are unknown");
+        f.add(
+            Severity::Note,
+            "lacks",
+            "provenance",
+            "no provenance block: code version, build, host details and model digests are unknown",
+        );
     }
     let experiment = if value.get("runs").is_some() && value.get("arrival_policy").is_some() {
         external_scheduler(&value, &mut f);
@@ -467,7 +542,9 @@ fn leaks(value: &Value, path: String, redactor: &crate::artifact::Redactor, f: &
         Value::String(s) if redactor.redact_str(s) != *s => {
             f.add(Severity::Note, "lacks", path, "holds an absolute home path (this project's artifacts never do)")
         }
-        Value::Object(m) => m.iter().for_each(|(k, v)| leaks(v, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, redactor, f)),
+        Value::Object(m) => m
+            .iter()
+            .for_each(|(k, v)| leaks(v, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, redactor, f)),
         Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| leaks(v, format!("{path}[{i}]"), redactor, f)),
         _ => {}
     }
@@ -490,7 +567,9 @@ fn external_scheduler(value: &Value, f: &mut Findings) {
         let mut last = f64::NEG_INFINITY;
         for (j, r) in requests.iter().enumerate() {
             let at = format!("runs[{i}].requests[{j}]");
-            let (Some(ttft), Some(done), Some(gap)) = (num(r, "ttft_ms"), num(r, "completion_ms"), num(r, "max_gap_ms")) else {
+            let (Some(ttft), Some(done), Some(gap)) =
+                (num(r, "ttft_ms"), num(r, "completion_ms"), num(r, "max_gap_ms"))
+            else {
                 f.wrong("invariants", at, "lacks ttft_ms, completion_ms or max_gap_ms");
                 continue;
             };
@@ -498,25 +577,40 @@ fn external_scheduler(value: &Value, f: &mut Findings) {
                 f.wrong("invariants", format!("{at}.ttft_ms"), format!("{ttft} > completion_ms {done}"));
             }
             if gap > done - ttft + 1e-9 {
-                f.wrong("invariants", format!("{at}.max_gap_ms"), format!("{gap} > completion_ms - ttft_ms = {}", done - ttft));
+                f.wrong(
+                    "invariants",
+                    format!("{at}.max_gap_ms"),
+                    format!("{gap} > completion_ms - ttft_ms = {}", done - ttft),
+                );
             }
             last = last.max(done);
         }
         // The predecessor read its clock once more after the last token, so its elapsed time may
         // exceed the last completion slightly; it may never fall short of it.
         match num(run, "elapsed_ms") {
-            Some(e) if e + 1e-9 < last => f.wrong("invariants", format!("runs[{i}].elapsed_ms"), format!("{e} is before the last completion {last}")),
+            Some(e) if e + 1e-9 < last => f.wrong(
+                "invariants",
+                format!("runs[{i}].elapsed_ms"),
+                format!("{e} is before the last completion {last}"),
+            ),
             None => f.wrong("invariants", format!("runs[{i}].elapsed_ms"), "missing"),
             _ => {}
         }
         let mut ids: Vec<(String, Value)> = requests
             .iter()
-            .map(|r| (r.get("id").and_then(Value::as_str).unwrap_or_default().to_string(), r.get("output_ids").cloned().unwrap_or(Value::Null)))
+            .map(|r| {
+                (
+                    r.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    r.get("output_ids").cloned().unwrap_or(Value::Null),
+                )
+            })
             .collect();
         ids.sort_by(|a, b| a.0.cmp(&b.0));
         match &first_ids {
             None => first_ids = Some(ids),
-            Some(first) if *first != ids => f.wrong("invariants", format!("runs[{i}].requests"), "output ids differ from the first run's"),
+            Some(first) if *first != ids => {
+                f.wrong("invariants", format!("runs[{i}].requests"), "output ids differ from the first run's")
+            }
             Some(_) => {}
         }
     }
@@ -530,7 +624,9 @@ fn external_serving(value: &Value, f: &mut Findings) {
         let at = |k: &str| format!("summary[{i}].{k}");
         let (req, ok, failed) = (num(row, "requests"), num(row, "successes"), num(row, "failures"));
         match (req, ok, failed) {
-            (Some(r), Some(s), Some(x)) if r != s + x => f.wrong("invariants", at("requests"), format!("{r} != successes {s} + failures {x}")),
+            (Some(r), Some(s), Some(x)) if r != s + x => {
+                f.wrong("invariants", at("requests"), format!("{r} != successes {s} + failures {x}"))
+            }
             (Some(_), Some(_), Some(_)) => {}
             _ => f.wrong("invariants", at("requests"), "requests, successes or failures missing"),
         }
@@ -540,9 +636,15 @@ fn external_serving(value: &Value, f: &mut Findings) {
             }
         }
         for metric in ["ttft_s", "total_s", "prompt_tps", "decode_tps", "request_tps", "aggregate_output_tps"] {
-            let (mean, p50, p95) = (num(row, &format!("{metric}_mean")), num(row, &format!("{metric}_p50")), num(row, &format!("{metric}_p95")));
+            let (mean, p50, p95) = (
+                num(row, &format!("{metric}_mean")),
+                num(row, &format!("{metric}_p50")),
+                num(row, &format!("{metric}_p95")),
+            );
             match (mean, p50, p95) {
-                (None, None, None) => f.add(Severity::Note, "lacks", at(&format!("{metric}_*")), "null: never measured"),
+                (None, None, None) => {
+                    f.add(Severity::Note, "lacks", at(&format!("{metric}_*")), "null: never measured")
+                }
                 (Some(_), Some(p50), Some(p95)) if p50 > p95 => {
                     f.wrong("invariants", at(&format!("{metric}_p50")), format!("{p50} > {metric}_p95 {p95}"))
                 }
@@ -576,13 +678,20 @@ pub fn unreproduced(ws: &Workspace, reports: &[Report]) -> Vec<String> {
 /// its old text and the new one; the caller shows the difference and writes.
 pub fn pin_from_artifact(ws: &Workspace, artifact_path: &Path) -> Result<(PathBuf, String, String), String> {
     let report = audit_artifact(ws, artifact_path);
-    if let Some(bad) = report.findings.iter().find(|f| f.severity == Severity::Stale || (f.severity == Severity::Wrong && f.check != "expectations")) {
+    if let Some(bad) = report
+        .findings
+        .iter()
+        .find(|f| f.severity == Severity::Stale || (f.severity == Severity::Wrong && f.check != "expectations"))
+    {
         return Err(format!(
             "{}: cannot pin from it: {}: {} (re-run the experiment, then pin from the new artifact)",
             report.artifact, bad.field, bad.message
         ));
     }
-    let rel = report.manifest.clone().ok_or_else(|| format!("{}: unpinned run: there is no manifest to update", report.artifact))?;
+    let rel = report
+        .manifest
+        .clone()
+        .ok_or_else(|| format!("{}: unpinned run: there is no manifest to update", report.artifact))?;
     if report.experiment.as_deref() != Some("scheduler") {
         return Err(format!("{}: experiment {:?} pins no expectations yet", report.artifact, report.experiment));
     }

@@ -74,7 +74,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<candle_transformers::models::qwen2::
         (None, None) => DEFAULT_ROPE_THETA,
     };
     let heads = raw.num_attention_heads;
-    if heads == 0 || raw.hidden_size % heads != 0 {
+    if heads == 0 || !raw.hidden_size.is_multiple_of(heads) {
         return Err(ConfigError::Unsupported(format!(
             "hidden_size {} is not a multiple of num_attention_heads {heads}",
             raw.hidden_size
@@ -86,7 +86,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<candle_transformers::models::qwen2::
         )));
     }
     let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
-    if kv_heads == 0 || heads % kv_heads != 0 {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(ConfigError::Unsupported(format!(
             "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
         )));
@@ -94,17 +94,12 @@ pub fn parse_config(bytes: &[u8]) -> Result<candle_transformers::models::qwen2::
     let hidden_act = match raw.hidden_act.as_deref().unwrap_or("silu") {
         "silu" | "swish" => Activation::Silu,
         "gelu" => Activation::NewGelu,
-        other => {
-            return Err(ConfigError::Unsupported(format!("hidden_act `{other}` is not supported (use silu)")))
-        }
+        other => return Err(ConfigError::Unsupported(format!("hidden_act `{other}` is not supported (use silu)"))),
     };
     // A window only matters when it is switched on for some layer; candle applies one window to
     // all layers, so a per-layer mix is refused rather than run wrongly.
     let windowed = raw.use_sliding_window.unwrap_or(false)
-        || raw
-            .layer_types
-            .as_ref()
-            .is_some_and(|t| t.iter().any(|l| l == "sliding_attention"));
+        || raw.layer_types.as_ref().is_some_and(|t| t.iter().any(|l| l == "sliding_attention"));
     if windowed {
         return Err(ConfigError::Unsupported(
             "sliding-window attention is switched on; this loader runs full attention only".into(),
@@ -146,8 +141,8 @@ enum OneOrMany {
 /// back to config.json's `eos_token_id`.
 pub fn stop_token_ids(generation_config: Option<&[u8]>, config: &[u8]) -> Result<Vec<u32>, ConfigError> {
     let from = |bytes: &[u8], what: &str| -> Result<Option<Vec<u32>>, ConfigError> {
-        let raw: RawGeneration = serde_json::from_slice(bytes)
-            .map_err(|e| ConfigError::Generation(format!("{what}: {e}")))?;
+        let raw: RawGeneration =
+            serde_json::from_slice(bytes).map_err(|e| ConfigError::Generation(format!("{what}: {e}")))?;
         Ok(raw.eos_token_id.map(|e| match e {
             OneOrMany::One(id) => vec![id],
             OneOrMany::Many(ids) => ids,

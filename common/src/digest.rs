@@ -132,15 +132,9 @@ mod tests {
     #[test]
     fn git_blob_sha1_matches_git() {
         // `printf 'hello\n' | git hash-object --stdin`
-        assert_eq!(
-            bytes_digest(b"hello\n", Algorithm::GitSha1),
-            "ce013625030ba8dba906f756967f9e9ca394464a"
-        );
+        assert_eq!(bytes_digest(b"hello\n", Algorithm::GitSha1), "ce013625030ba8dba906f756967f9e9ca394464a");
         // The empty blob, a well-known constant.
-        assert_eq!(
-            bytes_digest(b"", Algorithm::GitSha1),
-            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-        );
+        assert_eq!(bytes_digest(b"", Algorithm::GitSha1), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
     }
 
     #[test]

@@ -118,7 +118,12 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
 
 impl<P, E> Prepared<P, E> {
     /// The provenance block for this run, to be embedded in the artifact.
-    pub fn provenance(&self, facts: BuildFacts, requested: serde_json::Value, effective: serde_json::Value) -> Provenance {
+    pub fn provenance(
+        &self,
+        facts: BuildFacts,
+        requested: serde_json::Value,
+        effective: serde_json::Value,
+    ) -> Provenance {
         provenance::collect(
             &self.ws,
             RunFacts {

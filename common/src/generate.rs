@@ -24,7 +24,8 @@ use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 pub const QWEN25_CHAT_TEMPLATE: &str = include_str!("../assets/qwen2.5-chat-template.jinja");
 /// Qwen2's pre-tokenizer split pattern: contractions, letter runs, single digits, punctuation
 /// runs, newlines and spaces, as in the real tokenizer.json.
-const QWEN_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const CORPUS: &str = include_str!("../assets/tokenizer-corpus.txt");
 /// The BPE vocabulary the trainer aims for; the small corpus stops it earlier.
 const BPE_VOCAB_TARGET: usize = 4096;
@@ -227,12 +228,9 @@ pub fn build_tokenizer(special_base: Option<u32>) -> Result<(String, [u32; 3]), 
     let tk_err = |e: tokenizers::Error| GenerateError::Tokenizer(e.to_string());
     let mut tokenizer = Tokenizer::new(BPE::default());
     tokenizer.with_normalizer(Some(NFC));
-    let split = Split::new(SplitPattern::Regex(QWEN_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
-        .map_err(tk_err)?;
-    tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![
-        split.into(),
-        ByteLevel::new(false, false, false).into(),
-    ])));
+    let split =
+        Split::new(SplitPattern::Regex(QWEN_SPLIT.into()), SplitDelimiterBehavior::Isolated, false).map_err(tk_err)?;
+    tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()])));
     tokenizer.with_decoder(Some(ByteLevel::new(false, false, false)));
     tokenizer.with_post_processor(Some(ByteLevel::new(false, false, false)));
     let mut trainer: TrainerWrapper = BpeTrainer::builder()
@@ -244,8 +242,8 @@ pub fn build_tokenizer(special_base: Option<u32>) -> Result<(String, [u32; 3]), 
         .into();
     tokenizer.train(&mut trainer, CORPUS.lines()).map_err(tk_err)?;
 
-    let mut value: Value =
-        serde_json::from_str(&tokenizer.to_string(false).map_err(tk_err)?).map_err(|e| GenerateError::Tokenizer(e.to_string()))?;
+    let mut value: Value = serde_json::from_str(&tokenizer.to_string(false).map_err(tk_err)?)
+        .map_err(|e| GenerateError::Tokenizer(e.to_string()))?;
     let vocab = value["model"]["vocab"].as_object_mut().ok_or_else(|| GenerateError::Tokenizer("no vocab".into()))?;
     let base = special_base.unwrap_or(vocab.len() as u32);
     let ids = [base, base + 1, base + 2];
@@ -373,7 +371,8 @@ fn write_safetensors(shape: &Shape, vocab_size: usize, path: &Path) -> Result<()
             left -= n;
         }
     }
-    let file = out.into_inner().map_err(|e| GenerateError::Io { path: path.display().to_string(), cause: e.into_error() })?;
+    let file =
+        out.into_inner().map_err(|e| GenerateError::Io { path: path.display().to_string(), cause: e.into_error() })?;
     file.sync_all().map_err(io_err(path))
 }
 

@@ -21,8 +21,8 @@ pub mod policy;
 pub mod provenance;
 pub mod resolve;
 pub mod scheduler;
-pub mod serving;
 pub mod schema;
+pub mod serving;
 pub mod stats;
 pub mod template;
 pub mod workspace;
@@ -31,5 +31,6 @@ pub mod workspace;
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
 }

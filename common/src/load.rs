@@ -68,8 +68,8 @@ impl LoadedModel {
             Err(e) => return Err(e),
         };
         let stop_ids = stop_token_ids(generation.as_deref(), &config_bytes)?;
-        let tokenizer = Tokenizer::from_bytes(read(dir, "tokenizer.json")?)
-            .map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+        let tokenizer =
+            Tokenizer::from_bytes(read(dir, "tokenizer.json")?).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
         let template = ChatTemplate::from_tokenizer_config(&read(dir, "tokenizer_config.json")?)?;
         let weights = dir.join("model.safetensors");
         if !weights.is_file() {

@@ -38,8 +38,7 @@ pub enum ManifestError {
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), ManifestError> {
-    let bytes = std::fs::read(path)
-        .map_err(|cause| ManifestError::Io { path: path.display().to_string(), cause })?;
+    let bytes = std::fs::read(path).map_err(|cause| ManifestError::Io { path: path.display().to_string(), cause })?;
     // The path to the offending field makes the error say which field to fix.
     let value = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes)).map_err(|e| {
         let field = e.path().to_string();
@@ -54,8 +53,7 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), ManifestE
 
 pub fn read_model_pin(path: &Path) -> Result<ModelPin, ManifestError> {
     let (pin, _): (ModelPin, _) = read_json(path)?;
-    pin.validate()
-        .map_err(|cause| ManifestError::Pin { path: path.display().to_string(), cause })?;
+    pin.validate().map_err(|cause| ManifestError::Pin { path: path.display().to_string(), cause })?;
     if path.file_stem().and_then(|s| s.to_str()) != Some(pin.name.as_str()) {
         return Err(ManifestError::Name { path: path.display().to_string(), expected: pin.name });
     }
@@ -89,9 +87,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.json");
         std::fs::write(&path, r#"{"experiment":"x","model":"tiny","parameters":{},"colour":"red"}"#).unwrap();
-        let err = read_experiment_manifest::<serde_json::Value, serde_json::Value>(&path)
-            .unwrap_err()
-            .to_string();
+        let err = read_experiment_manifest::<serde_json::Value, serde_json::Value>(&path).unwrap_err().to_string();
         assert!(err.contains("unknown field `colour`"), "{err}");
     }
 }

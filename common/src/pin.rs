@@ -173,8 +173,8 @@ pub fn describe_dir(dir: &Path) -> Result<Vec<PinnedFile>, PinError> {
             } else {
                 Algorithm::GitSha1
             };
-            let (size, digest) = file_digest(&dir.join(&name), algo)
-                .map_err(|cause| PinError::Io { path: name.clone(), cause })?;
+            let (size, digest) =
+                file_digest(&dir.join(&name), algo).map_err(|cause| PinError::Io { path: name.clone(), cause })?;
             Ok(PinnedFile { path: name, size, algorithm: algo, digest })
         })
         .collect()

@@ -203,9 +203,7 @@ pub fn model_record(model: &ResolvedModel) -> ModelRecord {
 pub fn host() -> Host {
     use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
     let sys = System::new_with_specifics(
-        RefreshKind::nothing()
-            .with_cpu(CpuRefreshKind::nothing())
-            .with_memory(MemoryRefreshKind::nothing().with_ram()),
+        RefreshKind::nothing().with_cpu(CpuRefreshKind::nothing()).with_memory(MemoryRefreshKind::nothing().with_ram()),
     );
     Host {
         os: System::name().unwrap_or_else(|| std::env::consts::OS.to_string()),

@@ -47,15 +47,15 @@ pub struct ResolveOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("model `{name}` in {dir}: {cause}")]
-    Verify { name: String, dir: String, cause: PinError },
+    Verify { name: String, dir: String, cause: Box<PinError> },
     #[error("model `{name}` ({repo} at {revision}) is not available. Tried: {tried}. To fix: run once with network access, pass --model-dir with a copy of that revision, or use a generated checkpoint (`just models`)")]
     NotFound { name: String, repo: String, revision: String, tried: String },
     #[error("model `{name}`: generating it failed: {cause}")]
-    Generate { name: String, cause: generate::GenerateError },
+    Generate { name: String, cause: Box<generate::GenerateError> },
     #[error("--model-dir {0}: not a folder")]
     NotADir(String),
     #[error("--model-dir {dir}: {cause}")]
-    Describe { dir: String, cause: PinError },
+    Describe { dir: String, cause: Box<PinError> },
 }
 
 /// The Hugging Face hub cache folder, as huggingface_hub computes it.
@@ -83,7 +83,7 @@ pub fn resolve_unpinned(dir: &Path) -> Result<ResolvedModel, ResolveError> {
         return Err(ResolveError::NotADir(dir.display().to_string()));
     }
     let files = crate::pin::describe_dir(dir)
-        .map_err(|cause| ResolveError::Describe { dir: dir.display().to_string(), cause })?;
+        .map_err(|cause| ResolveError::Describe { dir: dir.display().to_string(), cause: Box::new(cause) })?;
     Ok(ResolvedModel { pin: None, dir: dir.to_path_buf(), origin: Origin::ModelDir, files })
 }
 
@@ -94,7 +94,7 @@ pub fn resolve(ws: &Workspace, pin: &ModelPin, opts: &ResolveOptions) -> Result<
         let files = pin.verify(dir).map_err(|cause| ResolveError::Verify {
             name: pin.name.clone(),
             dir: ws.display_path(dir),
-            cause,
+            cause: Box::new(cause),
         })?;
         Ok(ResolvedModel { pin: Some(pin.clone()), dir: dir.to_path_buf(), origin, files })
     };
@@ -115,11 +115,11 @@ pub fn resolve(ws: &Workspace, pin: &ModelPin, opts: &ResolveOptions) -> Result<
         if opts.generate_missing {
             let shape = generate::shape(shape).ok_or_else(|| ResolveError::Generate {
                 name: pin.name.clone(),
-                cause: generate::GenerateError::UnknownShape(shape.clone()),
+                cause: Box::new(generate::GenerateError::UnknownShape(shape.clone())),
             })?;
             tracing::info!(model = %pin.name, "generating checkpoint");
             generate::generate_into(&shape, &dir, false)
-                .map_err(|cause| ResolveError::Generate { name: pin.name.clone(), cause })?;
+                .map_err(|cause| ResolveError::Generate { name: pin.name.clone(), cause: Box::new(cause) })?;
             return verify(&dir, Origin::Generated);
         }
         tried.push(format!("{} (not generated yet)", ws.display_path(&dir)));

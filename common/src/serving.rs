@@ -150,7 +150,12 @@ fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f6
 /// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
 /// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
 /// count sources used, and why `prompt_tps` is null when it is.
-pub fn summarize_group(runtime: &str, model: &str, concurrency: usize, records: &[&RequestRecord]) -> BTreeMap<String, serde_json::Value> {
+pub fn summarize_group(
+    runtime: &str,
+    model: &str,
+    concurrency: usize,
+    records: &[&RequestRecord],
+) -> BTreeMap<String, serde_json::Value> {
     let ok: Vec<&&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
     let mut row = BTreeMap::new();
     row.insert("runtime".into(), serde_json::json!(runtime));
@@ -216,7 +221,8 @@ pub fn summarize_all(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<BTr
     order
         .into_iter()
         .map(|(runtime, c)| {
-            let group: Vec<&RequestRecord> = records.iter().filter(|r| r.runtime == runtime && r.concurrency == c).collect();
+            let group: Vec<&RequestRecord> =
+                records.iter().filter(|r| r.runtime == runtime && r.concurrency == c).collect();
             let model = runtimes.iter().find(|t| t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
             summarize_group(&runtime, model, c, &group)
         })
@@ -401,7 +407,10 @@ mod tests {
         c.error = Some(ErrorClass::TruncatedStream);
         let d = rec(1, 5.0, 5.2, 7.0, 6);
         let row = summarize_group("r", "m", 2, &[&a, &b, &c, &d]);
-        assert_eq!((row["requests"].as_u64(), row["successes"].as_u64(), row["failures"].as_u64()), (Some(4), Some(3), Some(1)));
+        assert_eq!(
+            (row["requests"].as_u64(), row["successes"].as_u64(), row["failures"].as_u64()),
+            (Some(4), Some(3), Some(1))
+        );
         assert_eq!(row["failures_by_class"]["truncated_stream"], 1);
         // Round 0: 30 tokens over 4 s; round 1: 6 successful tokens over 2 s.
         assert_eq!(row["aggregate_output_tps_n"], 2);

@@ -57,8 +57,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
-        env.add_template_owned("chat", source)
-            .map_err(|e| TemplateError::Render(e.to_string()))?;
+        env.add_template_owned("chat", source).map_err(|e| TemplateError::Render(e.to_string()))?;
         Ok(ChatTemplate { env })
     }
 

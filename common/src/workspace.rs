@@ -7,6 +7,9 @@ use crate::manifest::{ExperimentManifest, ManifestError};
 use crate::pin::ModelPin;
 use std::path::{Path, PathBuf};
 
+/// An experiment manifest read without knowing the experiment's own types.
+pub type AnyManifest = ExperimentManifest<serde_json::Value, serde_json::Value>;
+
 #[derive(Debug, Clone)]
 pub struct Workspace {
     pub root: PathBuf,
@@ -14,7 +17,9 @@ pub struct Workspace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("no workspace found above {0}: run from inside the checkout (the folder holding Cargo.lock and manifests/)")]
+    #[error(
+        "no workspace found above {0}: run from inside the checkout (the folder holding Cargo.lock and manifests/)"
+    )]
     NotFound(String),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
@@ -83,9 +88,7 @@ impl Workspace {
     }
 
     /// Every experiment manifest (`manifests/<experiment>/<name>.json`), with its path, sorted.
-    pub fn experiment_manifests(
-        &self,
-    ) -> Result<Vec<(PathBuf, ExperimentManifest<serde_json::Value, serde_json::Value>)>, WorkspaceError> {
+    pub fn experiment_manifests(&self) -> Result<Vec<(PathBuf, AnyManifest)>, WorkspaceError> {
         let mut out = Vec::new();
         let dir = self.manifests_dir();
         let mut experiments: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -106,10 +109,9 @@ impl Workspace {
 
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect(),
+        Ok(rd) => {
+            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect()
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(ManifestError::Io { path: dir.display().to_string(), cause: e }),
     };

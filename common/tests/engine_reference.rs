@@ -73,7 +73,11 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
                 }
                 // Every prompt token was prefilled exactly once, in chunks of at most chunk_size.
                 for job in &jobs {
-                    let prefill: Vec<_> = outcome.timeline.iter().filter(|s| s.job == job.id && s.kind == common::engine::StepKind::Prefill).collect();
+                    let prefill: Vec<_> = outcome
+                        .timeline
+                        .iter()
+                        .filter(|s| s.job == job.id && s.kind == common::engine::StepKind::Prefill)
+                        .collect();
                     assert_eq!(prefill.iter().map(|s| s.tokens).sum::<usize>(), job.prompt_ids.len());
                     assert!(prefill.iter().all(|s| s.tokens <= chunk_size.unwrap_or(usize::MAX)));
                 }
@@ -92,7 +96,12 @@ fn policies_order_steps_as_the_seed_describes() {
         .jobs
         .iter()
         .zip(Parameters::seed().jobs)
-        .map(|(r, spec)| Job { id: r.id.clone(), prompt_ids: r.prompt_ids.clone(), max_new_tokens: spec.max_new_tokens, arrival_ms: 0.0 })
+        .map(|(r, spec)| Job {
+            id: r.id.clone(),
+            prompt_ids: r.prompt_ids.clone(),
+            max_new_tokens: spec.max_new_tokens,
+            arrival_ms: 0.0,
+        })
         .collect();
     let order = |config| -> Vec<String> {
         let outcome = scheduler::run(&model, &jobs, config).unwrap();
@@ -107,7 +116,9 @@ fn policies_order_steps_as_the_seed_describes() {
     let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2 });
     assert_eq!(&inter[..4], ["long-document", "interactive-a", "long-document", "interactive-a"]);
     // chunked: interactive-a gets its first token before long-document's prefill ends.
-    let outcome = scheduler::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 }).unwrap();
+    let outcome =
+        scheduler::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 })
+            .unwrap();
     let m = request_metrics(&outcome.timeline);
     let ttft = |id: &str| m.iter().find(|r| r.id == id).unwrap().ttft_ms;
     assert!(ttft("interactive-a") < ttft("long-document"));

@@ -56,7 +56,8 @@ fn broken_checkpoints_are_errors_naming_the_file() {
 
     let err = load_err(|d| {
         let text = std::fs::read_to_string(d.join("config.json")).unwrap();
-        std::fs::write(d.join("config.json"), text.replace("\"num_hidden_layers\": 3", "\"num_hidden_layers\": \"3\"")).unwrap();
+        std::fs::write(d.join("config.json"), text.replace("\"num_hidden_layers\": 3", "\"num_hidden_layers\": \"3\""))
+            .unwrap();
     });
     assert!(err.contains("config.json") && err.contains("invalid type"), "{err}");
 
@@ -64,7 +65,8 @@ fn broken_checkpoints_are_errors_naming_the_file() {
     assert!(err.starts_with("tokenizer.json does not parse"), "{err}");
 
     let err = load_err(|d| {
-        let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("tokenizer_config.json")).unwrap()).unwrap();
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join("tokenizer_config.json")).unwrap()).unwrap();
         cfg["chat_template"] = serde_json::json!("{% for m in messages %}{{ m.content }");
         std::fs::write(d.join("tokenizer_config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
     });

@@ -70,7 +70,15 @@ fn a_missing_model_says_what_was_tried_and_what_to_do() {
     let empty = tempfile::tempdir().unwrap();
     let opts = ResolveOptions { offline: true, hub_cache: Some(empty.path().into()), ..Default::default() };
     let err = resolve(&ws, &pin, &opts).unwrap_err().to_string();
-    for part in ["hub-tiny", "test-org/tiny-model", pin.revision.as_str(), "Hugging Face cache", "offline", "--model-dir", "generated checkpoint"] {
+    for part in [
+        "hub-tiny",
+        "test-org/tiny-model",
+        pin.revision.as_str(),
+        "Hugging Face cache",
+        "offline",
+        "--model-dir",
+        "generated checkpoint",
+    ] {
         assert!(err.contains(part), "`{part}` missing from: {err}");
     }
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -33,7 +33,9 @@ fn serving_seed_is_consistent_and_its_gaps_are_listed() {
     assert_eq!(r.experiment.as_deref(), Some("serving-bench"));
     assert_eq!(r.verdict, Verdict::Ok, "{:?}", r.findings);
     let n = notes(&r);
-    for expected in ["provenance", "requests", "summary[0].prompt_tps_*", "summary[1].prompt_tps_*", "arguments.output_dir"] {
+    for expected in
+        ["provenance", "requests", "summary[0].prompt_tps_*", "summary[1].prompt_tps_*", "arguments.output_dir"]
+    {
         assert!(n.iter().any(|f| f == expected), "{expected} not noted: {n:?}");
     }
 }
@@ -55,12 +57,18 @@ fn edited_seed_numbers_are_wrong_and_named() {
     let mut v: serde_json::Value = serde_json::from_str(&serving).unwrap();
     v["summary"][1]["successes"] = serde_json::json!(19);
     let r = audit_text(&v.to_string());
-    assert!(r.first_reason().starts_with("summary[1].requests: 20 != successes 19 + failures 0"), "{}", r.first_reason());
+    assert!(
+        r.first_reason().starts_with("summary[1].requests: 20 != successes 19 + failures 0"),
+        "{}",
+        r.first_reason()
+    );
 }
 
 #[test]
 fn garbage_is_a_finding_not_a_crash() {
-    for text in ["", "not json", "[1,2]", "{\"runs\": 5, \"arrival_policy\": 1}", "{\"summary\": [{}], \"runtimes\": []}", "{}"] {
+    for text in
+        ["", "not json", "[1,2]", "{\"runs\": 5, \"arrival_policy\": 1}", "{\"summary\": [{}], \"runtimes\": []}", "{}"]
+    {
         let r = audit_text(text);
         assert_eq!(r.verdict, Verdict::Wrong, "{text}: {:?}", r.findings);
     }

@@ -10,7 +10,8 @@ static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
 /// Registers the bundled font under the family every chart uses. Call once before drawing.
 pub fn init_font() -> Result<(), String> {
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| "the bundled font does not parse".to_string())
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| "the bundled font does not parse".to_string())
 }
 
 const PALETTE: [RGBColor; 8] = [
@@ -83,7 +84,11 @@ impl Chart for Timeline {
             .y_labels(self.lanes.len() * 2 + 1)
             .y_label_formatter(&move |y| {
                 let i = y.floor() as usize;
-                if (y - y.floor() - 0.5).abs() < 1e-6 { lanes.get(i).cloned().unwrap_or_default() } else { String::new() }
+                if (y - y.floor() - 0.5).abs() < 1e-6 {
+                    lanes.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
             .x_desc("milliseconds since the scheduler started")
             .label_style(("sans-serif", 14))
@@ -121,13 +126,16 @@ impl Chart for Timeline {
     }
 }
 
+/// One bar: its value and an optional (low, high) whisker.
+pub type Bar = (f64, Option<(f64, f64)>);
+
 /// Grouped bars: one group per category, one bar per series, optional min-max whiskers.
 pub struct Grouped {
     pub title: String,
     pub y_label: String,
     pub categories: Vec<String>,
     /// (series name, per category: (value, optional (low, high)))
-    pub series: Vec<(String, Vec<(f64, Option<(f64, f64)>)>)>,
+    pub series: Vec<(String, Vec<Bar>)>,
 }
 
 impl Chart for Grouped {
@@ -162,10 +170,14 @@ impl Chart for Grouped {
             .map_err(err)?;
         chart
             .draw_series(self.categories.iter().enumerate().map(|(i, c)| {
-                Text::new(c.clone(), (i as f64 + 0.5, -0.04 * top), ("sans-serif", 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Top,
-                )))
+                Text::new(
+                    c.clone(),
+                    (i as f64 + 0.5, -0.04 * top),
+                    ("sans-serif", 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    )),
+                )
             }))
             .map_err(err)?;
         let k = self.series.len().max(1) as f64;
@@ -174,9 +186,13 @@ impl Chart for Grouped {
             let color = PALETTE[j % PALETTE.len()];
             let x0 = |i: usize| i as f64 + 0.1 + j as f64 * width;
             chart
-                .draw_series(values.iter().enumerate().filter(|(_, (v, _))| v.is_finite()).map(|(i, (v, _))| {
-                    Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.9, *v)], color.filled())
-                }))
+                .draw_series(
+                    values
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (v, _))| v.is_finite())
+                        .map(|(i, (v, _))| Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.9, *v)], color.filled())),
+                )
                 .map_err(err)?
                 .label(name.clone())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
@@ -214,7 +230,13 @@ impl Chart for Percentiles {
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
         area.fill(&WHITE).map_err(err)?;
-        let top = self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).filter(|v| v.is_finite()).fold(0f64, f64::max).max(1e-9);
+        let top = self
+            .lines
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .filter(|v| v.is_finite())
+            .fold(0f64, f64::max)
+            .max(1e-9);
         let mut chart = ChartBuilder::on(area)
             .caption(&self.title, ("sans-serif", 20))
             .margin(12)

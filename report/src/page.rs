@@ -30,8 +30,14 @@ fn image(md: &mut String, name: &str, file: &str, alt: &str) {
     let _ = writeln!(md, "![{alt}]({name}/{file}.svg)\n");
 }
 
+/// A per-request metric of a scheduler run.
+type Metric = fn(&crate::view::Request) -> f64;
+
+/// Run configurations, request ids, and each (configuration, request)'s values over rounds.
+type ByConfig = (Vec<String>, Vec<String>, BTreeMap<(String, String), Vec<f64>>);
+
 /// Per configuration and request: the values of one metric over rounds.
-fn by_config(runs: &[Run], metric: fn(&crate::view::Request) -> f64) -> (Vec<String>, Vec<String>, BTreeMap<(String, String), Vec<f64>>) {
+fn by_config(runs: &[Run], metric: Metric) -> ByConfig {
     let mut configs: Vec<String> = Vec::new();
     let mut ids: Vec<String> = Vec::new();
     let mut values: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
@@ -56,8 +62,11 @@ fn scheduler_section(a: &Artifact, dir: &Path) -> Result<String, String> {
     let model = a.value.get("model_id").and_then(Value::as_str).unwrap_or("?");
     let _ = writeln!(md, "## Scheduler: {}\n\nModel `{model}`, {} runs.\n", a.name, runs.len());
     let _ = writeln!(md, "| run | request | rounds | TTFT ms (median) | completion ms (median) | max gap ms (median) |\n|---|---|---|---|---|---|");
-    let metrics: [(&str, &str, fn(&crate::view::Request) -> f64); 3] =
-        [("ttft", "time to first token", |r| r.ttft), ("completion", "completion", |r| r.completion), ("max-gap", "largest gap between tokens", |r| r.max_gap)];
+    let metrics: [(&str, &str, Metric); 3] = [
+        ("ttft", "time to first token", |r| r.ttft),
+        ("completion", "completion", |r| r.completion),
+        ("max-gap", "largest gap between tokens", |r| r.max_gap),
+    ];
     let (configs, ids, ttft) = by_config(&runs, |r| r.ttft);
     let (_, _, done) = by_config(&runs, |r| r.completion);
     let (_, _, gap) = by_config(&runs, |r| r.max_gap);
@@ -79,12 +88,13 @@ fn scheduler_section(a: &Artifact, dir: &Path) -> Result<String, String> {
             series: configs
                 .iter()
                 .map(|c| {
-                    let per: Vec<(f64, Option<(f64, f64)>)> = ids
+                    let per: Vec<crate::charts::Bar> = ids
                         .iter()
                         .map(|id| match values.get(&(c.clone(), id.clone())) {
                             Some(v) => {
                                 let s = summarize(v);
-                                let spread = (v.len() > 1).then(|| (s.min.unwrap_or(f64::NAN), s.max.unwrap_or(f64::NAN)));
+                                let spread =
+                                    (v.len() > 1).then(|| (s.min.unwrap_or(f64::NAN), s.max.unwrap_or(f64::NAN)));
                                 (s.p50.unwrap_or(f64::NAN), spread)
                             }
                             None => (f64::NAN, None),
@@ -134,9 +144,17 @@ fn serving_section(a: &Artifact, dir: &Path) -> Result<String, String> {
     let mut md = String::new();
     let _ = writeln!(md, "## Serving benchmark: {}\n", a.name);
     let header: Vec<&str> = SERVING_COLUMNS.iter().map(|c| c.1).collect();
-    let _ = writeln!(md, "| group | requests | failures | {} |\n|---|---|---|{}", header.join(" | "), "---|".repeat(header.len()));
+    let _ = writeln!(
+        md,
+        "| group | requests | failures | {} |\n|---|---|---|{}",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
     for (label, row) in &groups {
-        let cells: Vec<String> = SERVING_COLUMNS.iter().map(|(k, _, scale, d)| num(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d)).collect();
+        let cells: Vec<String> = SERVING_COLUMNS
+            .iter()
+            .map(|(k, _, scale, d)| num(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
+            .collect();
         let _ = writeln!(md, "| {label} | {} | {} | {} |", row["requests"], row["failures"], cells.join(" | "));
     }
     md.push('\n');
@@ -145,11 +163,17 @@ fn serving_section(a: &Artifact, dir: &Path) -> Result<String, String> {
             .iter()
             .map(|(label, row)| {
                 let points = match serving_samples(a, row, metric) {
-                    Some(v) if v.len() > 1 => v.iter().enumerate().map(|(i, x)| (100.0 * i as f64 / (v.len() - 1) as f64, x * 1000.0)).collect(),
+                    Some(v) if v.len() > 1 => v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| (100.0 * i as f64 / (v.len() - 1) as f64, x * 1000.0))
+                        .collect(),
                     // Only the summary survives (the seeds): its percentiles are the points.
                     _ => [(50.0, "p50"), (95.0, "p95"), (99.0, "p99")]
                         .iter()
-                        .filter_map(|(p, s)| row.get(format!("{metric}_{s}")).and_then(Value::as_f64).map(|v| (*p, v * 1000.0)))
+                        .filter_map(|(p, s)| {
+                            row.get(format!("{metric}_{s}")).and_then(Value::as_f64).map(|v| (*p, v * 1000.0))
+                        })
                         .collect(),
                 };
                 (label.clone(), points)
@@ -165,7 +189,12 @@ fn serving_section(a: &Artifact, dir: &Path) -> Result<String, String> {
         categories: groups.iter().map(|g| g.0.clone()).collect(),
         series: [("decode_tps_mean", "decode tok/s"), ("aggregate_output_tps_mean", "aggregate tok/s")]
             .iter()
-            .map(|(k, name)| (name.to_string(), groups.iter().map(|(_, r)| (r.get(*k).and_then(Value::as_f64).unwrap_or(f64::NAN), None)).collect()))
+            .map(|(k, name)| {
+                (
+                    name.to_string(),
+                    groups.iter().map(|(_, r)| (r.get(*k).and_then(Value::as_f64).unwrap_or(f64::NAN), None)).collect(),
+                )
+            })
             .collect(),
     };
     render(&chart, &dir.join("throughput"))?;
@@ -194,7 +223,10 @@ const FACTS: [(&str, &str); 12] = [
 /// differences that may explain them.
 pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
     if a.kind != b.kind {
-        return Err(format!("{} and {} are artifacts of different experiments; compare like with like", a.name, b.name));
+        return Err(format!(
+            "{} and {} are artifacts of different experiments; compare like with like",
+            a.name, b.name
+        ));
     }
     let mut md = String::new();
     let _ = writeln!(md, "## Comparison: A = {}, B = {}\n", a.name, b.name);
@@ -209,7 +241,9 @@ pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
     match a.kind {
         Kind::Scheduler => {
             let (ra, rb) = (scheduler_runs(a), scheduler_runs(b));
-            for (name, metric) in [("TTFT ms", (|r: &crate::view::Request| r.ttft) as fn(&crate::view::Request) -> f64), ("completion ms", |r| r.completion), ("max gap ms", |r| r.max_gap)] {
+            let metrics: [(&str, Metric); 3] =
+                [("TTFT ms", |r| r.ttft), ("completion ms", |r| r.completion), ("max gap ms", |r| r.max_gap)];
+            for (name, metric) in metrics {
                 let (configs, ids, va) = by_config(&ra, metric);
                 let (_, _, vb) = by_config(&rb, metric);
                 for c in &configs {
@@ -228,7 +262,11 @@ pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
                 let c = ra.get("concurrency");
                 let Some((lb, rb)) = gb.iter().find(|(_, r)| r.get("concurrency") == c) else { continue };
                 for (k, label, scale, _) in SERVING_COLUMNS {
-                    row(format!("{la} vs {lb}: {label}"), ra.get(k).and_then(Value::as_f64).map(|v| v * scale), rb.get(k).and_then(Value::as_f64).map(|v| v * scale));
+                    row(
+                        format!("{la} vs {lb}: {label}"),
+                        ra.get(k).and_then(Value::as_f64).map(|v| v * scale),
+                        rb.get(k).and_then(Value::as_f64).map(|v| v * scale),
+                    );
                 }
             }
         }
@@ -240,10 +278,17 @@ pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
         Some(other) => other.to_string(),
     };
     let weights = |v: &Value| -> Option<Value> {
-        v.pointer("/provenance/model/files")?.as_array()?.iter().find(|f| f.get("path").and_then(Value::as_str) == Some("model.safetensors"))?.get("digest").cloned()
+        v.pointer("/provenance/model/files")?
+            .as_array()?
+            .iter()
+            .find(|f| f.get("path").and_then(Value::as_str) == Some("model.safetensors"))?
+            .get("digest")
+            .cloned()
     };
     let derived = [("weights sha256", weights(&a.value), weights(&b.value))];
-    let pointed = FACTS.iter().map(|(label, pointer)| (*label, a.value.pointer(pointer).cloned(), b.value.pointer(pointer).cloned()));
+    let pointed = FACTS
+        .iter()
+        .map(|(label, pointer)| (*label, a.value.pointer(pointer).cloned(), b.value.pointer(pointer).cloned()));
     let mut same = true;
     for (label, x, y) in pointed.chain(derived) {
         let (x, y) = (x.as_ref(), y.as_ref());

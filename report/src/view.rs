@@ -140,7 +140,11 @@ pub fn serving_samples(a: &Artifact, row: &Value, metric: &str) -> Option<Vec<f6
     let concurrency = row.get("concurrency")?;
     let mut values: Vec<f64> = requests
         .iter()
-        .filter(|r| r.get("runtime") == Some(runtime) && r.get("concurrency") == Some(concurrency) && r.get("error").is_some_and(Value::is_null))
+        .filter(|r| {
+            r.get("runtime") == Some(runtime)
+                && r.get("concurrency") == Some(concurrency)
+                && r.get("error").is_some_and(Value::is_null)
+        })
         .filter_map(|r| {
             let start = r.get("scheduled_s")?.as_f64()?;
             match metric {

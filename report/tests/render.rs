@@ -22,11 +22,19 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
     let jobs: Vec<Job> = params
         .jobs
         .iter()
-        .map(|j| Job { id: j.id.clone(), prompt_ids: model.encode_user_prompt(&j.prompt).unwrap().1, max_new_tokens: j.max_new_tokens, arrival_ms: 0.0 })
+        .map(|j| Job {
+            id: j.id.clone(),
+            prompt_ids: model.encode_user_prompt(&j.prompt).unwrap().1,
+            max_new_tokens: j.max_new_tokens,
+            arrival_ms: 0.0,
+        })
         .collect();
     let mut runs = Vec::new();
     for round in 0..2 {
-        for config in [RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 }, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 }] {
+        for config in [
+            RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 },
+            RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 },
+        ] {
             let out = scheduler::run(&model, &jobs, config).unwrap();
             let requests = request_metrics(&out.timeline)
                 .into_iter()
@@ -100,7 +108,15 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
         assert_eq!((w, h), (1000, 140 + 60 * 3));
         assert!(std::fs::metadata(stem.with_extension("png")).unwrap().len() > 5_000, "a blank image?");
         let svg = std::fs::read_to_string(stem.with_extension("svg")).unwrap();
-        for label in ["prefill", "decode", "first token", "completion", "long-document", "interactive-b", "milliseconds since the scheduler started"] {
+        for label in [
+            "prefill",
+            "decode",
+            "first token",
+            "completion",
+            "long-document",
+            "interactive-b",
+            "milliseconds since the scheduler started",
+        ] {
             assert!(svg.contains(label), "timeline {i}: no `{label}`");
         }
     }

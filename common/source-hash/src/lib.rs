@@ -18,11 +18,7 @@ use std::path::{Path, PathBuf};
 /// The directories, relative to the workspace root, whose files make up an experiment's source.
 /// `common` holds `source-hash` itself, so a change to the hashing rule changes every hash.
 pub fn hashed_roots(experiment_dir: &str) -> Vec<String> {
-    vec![
-        experiment_dir.to_string(),
-        "common".to_string(),
-        "Cargo.lock".to_string(),
-    ]
+    vec![experiment_dir.to_string(), "common".to_string(), "Cargo.lock".to_string()]
 }
 
 /// The result of hashing: the hex digest and the files it covered (relative paths, sorted).
@@ -52,10 +48,7 @@ pub fn hash_sources(workspace: &Path, roots: &[String]) -> io::Result<SourceHash
         outer.update(hex(&inner).as_bytes());
         outer.update(b"\n");
     }
-    Ok(SourceHash {
-        sha256: hex(&outer.finalize()),
-        files,
-    })
+    Ok(SourceHash { sha256: hex(&outer.finalize()), files })
 }
 
 fn collect(workspace: &Path, path: &Path, out: &mut Vec<String>) -> io::Result<()> {
@@ -65,15 +58,10 @@ fn collect(workspace: &Path, path: &Path, out: &mut Vec<String>) -> io::Result<(
             .strip_prefix(workspace)
             .map_err(|_| io::Error::other(format!("{} is outside the workspace", path.display())))?;
         // Forward slashes so the hash is the same on every platform.
-        let rel: Vec<String> = rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
+        let rel: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
         out.push(rel.join("/"));
     } else if meta.is_dir() {
-        let mut entries: Vec<PathBuf> = fs::read_dir(path)?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<io::Result<_>>()?;
+        let mut entries: Vec<PathBuf> = fs::read_dir(path)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
         entries.sort();
         for entry in entries {
             let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -104,11 +92,8 @@ pub fn hex(bytes: &[u8]) -> String {
 pub fn build_script() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from build.rs"));
     let workspace = find_workspace(&manifest_dir).expect("Cargo.lock above the crate");
-    let crate_dir = manifest_dir
-        .strip_prefix(&workspace)
-        .expect("crate inside workspace")
-        .to_string_lossy()
-        .replace('\\', "/");
+    let crate_dir =
+        manifest_dir.strip_prefix(&workspace).expect("crate inside workspace").to_string_lossy().replace('\\', "/");
     let roots = hashed_roots(&crate_dir);
     let hashed = hash_sources(&workspace, &roots).expect("hash sources");
     for root in &roots {
@@ -142,10 +127,7 @@ pub fn build_script() {
 
 /// The nearest directory at or above `start` holding `Cargo.lock`.
 pub fn find_workspace(start: &Path) -> Option<PathBuf> {
-    start
-        .ancestors()
-        .find(|d| d.join("Cargo.lock").is_file())
-        .map(Path::to_path_buf)
+    start.ancestors().find(|d| d.join("Cargo.lock").is_file()).map(Path::to_path_buf)
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use common::audit::{artifact_files, audit_artifact, audit_external, line_diff, pin_from_artifact, unreproduced, Report, Verdict};
+use common::audit::{
+    artifact_files, audit_artifact, audit_external, line_diff, pin_from_artifact, unreproduced, Report, Verdict,
+};
 use common::workspace::Workspace;
 use std::path::PathBuf;
 
@@ -77,7 +79,10 @@ fn run(cli: Cli) -> Result<i32> {
     let missing = if audit_ours && cli.paths.is_empty() { unreproduced(&ws, &reports) } else { Vec::new() };
 
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "artifacts": reports, "not_yet_reproduced": missing }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "artifacts": reports, "not_yet_reproduced": missing }))?
+        );
     } else {
         print_table(&reports, &missing);
     }
@@ -105,5 +110,11 @@ fn print_table(reports: &[Report], missing: &[String]) {
         println!("{:<width$}  {:<48}  {:<6}  not yet reproduced", "-", m, "-");
     }
     let count = |v| reports.iter().filter(|r| r.verdict == v).count();
-    println!("\n{} ok, {} stale, {} wrong, {} manifests not yet reproduced", count(Verdict::Ok), count(Verdict::Stale), count(Verdict::Wrong), missing.len());
+    println!(
+        "\n{} ok, {} stale, {} wrong, {} manifests not yet reproduced",
+        count(Verdict::Ok),
+        count(Verdict::Stale),
+        count(Verdict::Wrong),
+        missing.len()
+    );
 }

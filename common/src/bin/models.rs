@@ -83,7 +83,9 @@ fn run(cli: Cli) -> Result<()> {
             let mut failed = 0;
             for pin in pins {
                 match resolve(&ws, &pin, &opts) {
-                    Ok(m) => println!("{:<24} verified ({} files in {})", pin.name, m.files.len(), ws.display_path(&m.dir)),
+                    Ok(m) => {
+                        println!("{:<24} verified ({} files in {})", pin.name, m.files.len(), ws.display_path(&m.dir))
+                    }
                     Err(e) => {
                         failed += 1;
                         println!("{:<24} {e}", pin.name)
@@ -105,7 +107,8 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Pin { shape } => {
-            let shape = generate::shape(&shape).with_context(|| format!("unknown shape `{shape}`; known: tiny, qwen2.5-0.5b"))?;
+            let shape = generate::shape(&shape)
+                .with_context(|| format!("unknown shape `{shape}`; known: tiny, qwen2.5-0.5b"))?;
             let tmp = tempfile::tempdir()?;
             let dir = tmp.path().join(shape.name);
             generate::generate_into(&shape, &dir, false)?;
@@ -116,7 +119,8 @@ fn run(cli: Cli) -> Result<()> {
                 Some(old) if old == &pin => println!("{}: unchanged", ws.display_path(&path)),
                 _ => {
                     for f in &pin.files {
-                        let before = old.as_ref().and_then(|o| o.file(&f.path)).map(|o| o.digest.as_str()).unwrap_or("(none)");
+                        let before =
+                            old.as_ref().and_then(|o| o.file(&f.path)).map(|o| o.digest.as_str()).unwrap_or("(none)");
                         if before != f.digest {
                             println!("{}: {before} -> {}", f.path, f.digest);
                         }

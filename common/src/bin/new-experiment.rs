@@ -35,7 +35,9 @@ fn run(cli: Cli) -> Result<()> {
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-');
     if !valid {
-        bail!("NAME `{name}`: use lower-case letters, digits and dashes, starting with a letter (e.g. `prefill-sweep`)");
+        bail!(
+            "NAME `{name}`: use lower-case letters, digits and dashes, starting with a letter (e.g. `prefill-sweep`)"
+        );
     }
     if TAKEN.contains(&name) {
         bail!("NAME `{name}` is already a binary of this workspace; pick another");
@@ -50,7 +52,8 @@ fn run(cli: Cli) -> Result<()> {
     for (path, template) in FILES {
         let path = ws.root.join(path.replace("__NAME__", name));
         std::fs::create_dir_all(path.parent().context("file has a folder")?)?;
-        std::fs::write(&path, template.replace("__NAME__", name)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, template.replace("__NAME__", name))
+            .with_context(|| format!("writing {}", path.display()))?;
         println!("created {}", ws.display_path(&path));
     }
     println!("\nrun it: cargo run -p {name}   (or `just reproduce`, which now includes it)");

@@ -62,9 +62,18 @@ fn run(cli: Cli) -> Result<i32> {
     let (mut ok, mut skipped, mut failed) = (0, 0, 0);
     for (experiment, manifest, outcome) in &rows {
         let (label, detail) = match outcome {
-            Outcome::Reproduced(d) => { ok += 1; ("reproduced", d) }
-            Outcome::Skipped(d) => { skipped += 1; ("skipped", d) }
-            Outcome::Failed(d) => { failed += 1; ("FAILED", d) }
+            Outcome::Reproduced(d) => {
+                ok += 1;
+                ("reproduced", d)
+            }
+            Outcome::Skipped(d) => {
+                skipped += 1;
+                ("skipped", d)
+            }
+            Outcome::Failed(d) => {
+                failed += 1;
+                ("FAILED", d)
+            }
         };
         println!("{experiment:<16} {manifest:<24} {label:<11} {detail}");
     }
@@ -72,10 +81,20 @@ fn run(cli: Cli) -> Result<i32> {
     Ok(if failed > 0 || (cli.strict && skipped > 0) { 1 } else { 0 })
 }
 
-fn reproduce_one(ws: &Workspace, bin_dir: &std::path::Path, path: &std::path::Path, experiment: &str, model: &str, offline: bool) -> Outcome {
+fn reproduce_one(
+    ws: &Workspace,
+    bin_dir: &std::path::Path,
+    path: &std::path::Path,
+    experiment: &str,
+    model: &str,
+    offline: bool,
+) -> Outcome {
     let binary = bin_dir.join(experiment);
     if !binary.is_file() {
-        return Outcome::Failed(format!("no binary {}: build it first (`just reproduce` does)", ws.display_path(&binary)));
+        return Outcome::Failed(format!(
+            "no binary {}: build it first (`just reproduce` does)",
+            ws.display_path(&binary)
+        ));
     }
     let pin = match ws.model_pin(model) {
         Ok(p) => p,
@@ -85,7 +104,9 @@ fn reproduce_one(ws: &Workspace, bin_dir: &std::path::Path, path: &std::path::Pa
     match resolve(ws, &pin, &opts) {
         Ok(_) => {}
         Err(ResolveError::NotFound { tried, .. }) => {
-            return Outcome::Skipped(format!("model `{model}` not available (tried {tried}); fetch it or pass --model-dir to the experiment"))
+            return Outcome::Skipped(format!(
+                "model `{model}` not available (tried {tried}); fetch it or pass --model-dir to the experiment"
+            ))
         }
         Err(e) => return Outcome::Failed(e.to_string()),
     }

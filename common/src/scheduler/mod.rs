@@ -129,10 +129,8 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         let now_ms = since(start, Instant::now());
         while active.len() < config.max_active {
             match pending.next_if(|j| j.arrival_ms <= now_ms) {
-                Some(job) => active.push(Active {
-                    job,
-                    session: Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)?,
-                }),
+                Some(job) => active
+                    .push(Active { job, session: Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)? }),
                 None => break,
             }
         }
@@ -190,7 +188,15 @@ mod tests {
     use super::*;
 
     fn step(job: &str, end: f64, token: Option<u32>) -> TimelineStep {
-        TimelineStep { job: job.into(), kind: StepKind::Decode, tokens: 1, position: 0, start_ms: end - 1.0, end_ms: end, token }
+        TimelineStep {
+            job: job.into(),
+            kind: StepKind::Decode,
+            tokens: 1,
+            position: 0,
+            start_ms: end - 1.0,
+            end_ms: end,
+            token,
+        }
     }
 
     #[test]

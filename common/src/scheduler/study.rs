@@ -61,7 +61,8 @@ impl Parameters {
     /// The seed's workload: three jobs that arrive before the scheduler starts, and the seed's
     /// three runs. The default for runs without a manifest.
     pub fn seed() -> Self {
-        let job = |id: &str, prompt: String, cap| JobSpec { id: id.into(), prompt, max_new_tokens: cap, arrival_ms: 0.0 };
+        let job =
+            |id: &str, prompt: String, cap| JobSpec { id: id.into(), prompt, max_new_tokens: cap, arrival_ms: 0.0 };
         let run = |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2 };
         Parameters {
             jobs: vec![
@@ -101,7 +102,9 @@ impl Parameters {
         }
         for (i, run) in self.runs.iter().enumerate() {
             if run.chunk_size == Some(0) {
-                return Err(format!("runs[{i}].chunk_size: 0; must be at least 1 (or absent for whole-prompt prefill)"));
+                return Err(format!(
+                    "runs[{i}].chunk_size: 0; must be at least 1 (or absent for whole-prompt prefill)"
+                ));
             }
             if run.max_active == 0 {
                 return Err(format!("runs[{i}].max_active: 0; must be at least 1"));
@@ -233,16 +236,13 @@ pub struct SchedulerArtifact {
 }
 
 /// Compares per-job id lists; the first difference in job-id order.
-pub fn compare_ids(
-    source: &str,
-    ours: &BTreeMap<String, Vec<u32>>,
-    theirs: &BTreeMap<String, Vec<u32>>,
-) -> Comparison {
+pub fn compare_ids(source: &str, ours: &BTreeMap<String, Vec<u32>>, theirs: &BTreeMap<String, Vec<u32>>) -> Comparison {
     let mut jobs: Vec<&String> = ours.keys().chain(theirs.keys()).collect();
     jobs.sort();
     jobs.dedup();
     let first_difference = jobs.into_iter().find_map(|job| {
-        let (a, b) = (ours.get(job).map(Vec::as_slice).unwrap_or(&[]), theirs.get(job).map(Vec::as_slice).unwrap_or(&[]));
+        let (a, b) =
+            (ours.get(job).map(Vec::as_slice).unwrap_or(&[]), theirs.get(job).map(Vec::as_slice).unwrap_or(&[]));
         let index = a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))?;
         Some(Difference { job: job.clone(), index, ours: a.get(index).copied(), theirs: b.get(index).copied() })
     });
@@ -266,7 +266,13 @@ pub fn consistency(runs: &[RunRecord]) -> (bool, Vec<String>) {
             cmp.first_difference.map(|d| {
                 format!(
                     "{} chunk {:?} round {}: job {} token {} is {:?}, first run had {:?}",
-                    run.policy.name(), run.chunk_size, run.round, d.job, d.index, d.ours, d.theirs
+                    run.policy.name(),
+                    run.chunk_size,
+                    run.round,
+                    d.job,
+                    d.index,
+                    d.ours,
+                    d.theirs
                 )
             })
         })
@@ -312,10 +318,19 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
     let at = |field: &str| format!("runs[{run_index}].{field}");
     for (i, r) in run.requests.iter().enumerate() {
         if r.ttft_ms > r.completion_ms {
-            problems.push(format!("{}: ttft_ms {} > completion_ms {}", at(&format!("requests[{i}]")), r.ttft_ms, r.completion_ms));
+            problems.push(format!(
+                "{}: ttft_ms {} > completion_ms {}",
+                at(&format!("requests[{i}]")),
+                r.ttft_ms,
+                r.completion_ms
+            ));
         }
         if r.max_gap_ms > round_ms_diff(r.completion_ms, r.ttft_ms) {
-            problems.push(format!("{}: max_gap_ms {} > completion_ms - ttft_ms", at(&format!("requests[{i}]")), r.max_gap_ms));
+            problems.push(format!(
+                "{}: max_gap_ms {} > completion_ms - ttft_ms",
+                at(&format!("requests[{i}]")),
+                r.max_gap_ms
+            ));
         }
     }
     let last = run.requests.iter().map(|r| r.completion_ms).fold(f64::NEG_INFINITY, f64::max);
@@ -326,7 +341,11 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
         let derived = request_metrics(&run.timeline);
         for (i, r) in run.requests.iter().enumerate() {
             match derived.iter().find(|d| d.id == r.id) {
-                None => problems.push(format!("{}: request `{}` has no token on the timeline", at(&format!("requests[{i}]")), r.id)),
+                None => problems.push(format!(
+                    "{}: request `{}` has no token on the timeline",
+                    at(&format!("requests[{i}]")),
+                    r.id
+                )),
                 Some(d) => {
                     let fields = [
                         ("ttft_ms", d.ttft_ms == r.ttft_ms),
@@ -336,7 +355,8 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
                     ];
                     for (name, ok) in fields {
                         if !ok {
-                            problems.push(format!("{}.{name}: differs from the timeline", at(&format!("requests[{i}]"))));
+                            problems
+                                .push(format!("{}.{name}: differs from the timeline", at(&format!("requests[{i}]"))));
                         }
                     }
                 }

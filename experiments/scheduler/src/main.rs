@@ -54,8 +54,11 @@ fn effective(args: &Args, base: &Parameters) -> Parameters {
     let mut p = base.clone();
     if !args.policy.is_empty() || !args.chunk_size.is_empty() {
         let policies = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
-        let chunks: Vec<Option<usize>> =
-            if args.chunk_size.is_empty() { vec![None] } else { args.chunk_size.iter().map(|c| Some(*c as usize)).collect() };
+        let chunks: Vec<Option<usize>> = if args.chunk_size.is_empty() {
+            vec![None]
+        } else {
+            args.chunk_size.iter().map(|c| Some(*c as usize)).collect()
+        };
         let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
         p.runs = policies
             .iter()
@@ -106,7 +109,12 @@ fn run(args: Args) -> Result<i32> {
             max_new_tokens: spec.max_new_tokens,
             arrival_ms: spec.arrival_ms,
         });
-        jobs.push(Job { id: spec.id.clone(), prompt_ids: ids, max_new_tokens: spec.max_new_tokens, arrival_ms: spec.arrival_ms });
+        jobs.push(Job {
+            id: spec.id.clone(),
+            prompt_ids: ids,
+            max_new_tokens: spec.max_new_tokens,
+            arrival_ms: spec.arrival_ms,
+        });
     }
 
     let total = params.runs.len() * (params.warmup + params.rounds);
@@ -131,7 +139,8 @@ fn run(args: Args) -> Result<i32> {
                 .into_iter()
                 .map(|m| {
                     let job = job_records.iter().find(|j| j.id == m.id).expect("timeline jobs come from the job list");
-                    let finish_reason = outcome.finish.iter().find(|(id, _)| *id == m.id).map(|f| f.1).expect("every job finishes");
+                    let finish_reason =
+                        outcome.finish.iter().find(|(id, _)| *id == m.id).map(|f| f.1).expect("every job finishes");
                     RequestRecord {
                         text: model.decode(&m.output_ids),
                         id: m.id,
@@ -163,7 +172,10 @@ fn run(args: Args) -> Result<i32> {
     let checks = Checks {
         output_ids_identical: identical,
         differences,
-        expected: expectations.as_ref().and_then(|e| e.output_ids.as_ref()).map(|ids| compare_ids("manifest", &ours, ids)),
+        expected: expectations
+            .as_ref()
+            .and_then(|e| e.output_ids.as_ref())
+            .map(|ids| compare_ids("manifest", &ours, ids)),
         predecessor: expectations
             .as_ref()
             .and_then(|e| e.predecessor.as_ref())
@@ -230,12 +242,16 @@ fn arrival_policy(p: &Parameters) -> String {
     if p.jobs.iter().all(|j| j.arrival_ms == 0.0) {
         "all jobs arrive before the scheduler starts; greedy output, explicit per-job caps".into()
     } else {
-        "jobs arrive at their manifest arrival_ms from the scheduler's start; greedy output, explicit per-job caps".into()
+        "jobs arrive at their manifest arrival_ms from the scheduler's start; greedy output, explicit per-job caps"
+            .into()
     }
 }
 
 fn print_table(a: &SchedulerArtifact) {
-    println!("{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}", "policy", "chunk", "max", "request", "rounds", "ttft_ms", "completion_ms", "max_gap_ms");
+    println!(
+        "{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}",
+        "policy", "chunk", "max", "request", "rounds", "ttft_ms", "completion_ms", "max_gap_ms"
+    );
     for row in &a.summary {
         let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
         println!(

@@ -37,7 +37,10 @@ impl Scratch {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let rel = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let rel = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("artifact: "))
+            .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr)));
         self.ws.root.join(rel)
     }
 
@@ -45,6 +48,9 @@ impl Scratch {
         audit_artifact(&self.ws, path)
     }
 }
+
+/// A hand edit of an artifact's JSON.
+type Edit = Box<dyn Fn(&mut Value)>;
 
 fn edit(path: &Path, change: impl FnOnce(&mut Value), reseal: bool) -> PathBuf {
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -83,7 +89,7 @@ fn fresh_is_ok_and_every_hand_edit_is_wrong_and_named() {
 
     // Edits caught by the seal alone name the part; derived numbers are caught again by the
     // recomputation, which names the exact field.
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, Edit)> = vec![
         ("runs[1].requests", Box::new(|v| v["runs"][1]["requests"][2]["ttft_ms"] = json!(0.001))),
         ("runs[0].requests", Box::new(|v| v["runs"][0]["requests"][0]["output_ids"][1] = json!(3))),
         ("runs[2].timeline", Box::new(|v| v["runs"][2]["timeline"][0]["start_ms"] = json!(0.5))),
@@ -98,10 +104,13 @@ fn fresh_is_ok_and_every_hand_edit_is_wrong_and_named() {
         assert_wrong(&s.audit(&edited), field);
     }
     // Resealed edits (as a careful forger would) are still caught where the numbers must agree.
-    let resealed: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let resealed: Vec<(&str, Edit)> = vec![
         ("runs[1].requests[2].ttft_ms", Box::new(|v| v["runs"][1]["requests"][2]["ttft_ms"] = json!(0.001))),
         ("runs[4].elapsed_ms", Box::new(|v| v["runs"][4]["elapsed_ms"] = json!(1.0))),
-        ("provenance.model.files[2].digest", Box::new(|v| v["provenance"]["model"]["files"][2]["digest"] = json!("0".repeat(64)))),
+        (
+            "provenance.model.files[2].digest",
+            Box::new(|v| v["provenance"]["model"]["files"][2]["digest"] = json!("0".repeat(64))),
+        ),
         ("parameters", Box::new(|v| v["parameters"]["rounds"] = json!(9))),
         ("summary[3]", Box::new(|v| v["summary"][3]["ttft_ms"]["p50"] = json!(123.0))),
         ("runs[0].requests[0].output_ids", Box::new(|v| v["runs"][0]["requests"][0]["output_ids"][1] = json!(3))),

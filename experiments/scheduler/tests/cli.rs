@@ -37,7 +37,16 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
     let home = "/home/alice-example";
     let o = scheduler(
         &tmp.path().join("models"),
-        &["--manifest", "manifests/scheduler/tiny.json", "--rounds", "2", "--warmup", "0", "--out", out.to_str().unwrap()],
+        &[
+            "--manifest",
+            "manifests/scheduler/tiny.json",
+            "--rounds",
+            "2",
+            "--warmup",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[("HF_TOKEN", secret), ("HOME", home), ("OPENAI_API_KEY", "sk-another-secret-value")],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -90,7 +99,16 @@ fn model_dir_without_manifest_runs_unpinned_and_records_digests() {
     let out = tmp.path().join("unpinned.json");
     let o = scheduler(
         &models,
-        &["--model-dir", dir.to_str().unwrap(), "--policy", "interleave", "--chunk-size", "7", "--out", out.to_str().unwrap()],
+        &[
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "--policy",
+            "interleave",
+            "--chunk-size",
+            "7",
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -117,7 +135,11 @@ fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, bool) {
     let path = tmp.path().join("edited.json");
     std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
     let out = tmp.path().join("out.json");
-    let o = scheduler(&tmp.path().join("models"), &["--manifest", path.to_str().unwrap(), "--out", out.to_str().unwrap()], &[]);
+    let o = scheduler(
+        &tmp.path().join("models"),
+        &["--manifest", path.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
     (o, out.exists())
 }
 
@@ -129,10 +151,16 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         ("runs[0].policy: unknown variant `lifo`", Box::new(|m| m["parameters"]["runs"][0]["policy"] = "lifo".into())),
         ("runs[2].chunk_size: 0", Box::new(|m| m["parameters"]["runs"][2]["chunk_size"] = 0.into())),
         ("runs[0].max_active: 0", Box::new(|m| m["parameters"]["runs"][0]["max_active"] = 0.into())),
-        ("runs[0].max_active: invalid value: integer `-1`", Box::new(|m| m["parameters"]["runs"][0]["max_active"] = (-1).into())),
+        (
+            "runs[0].max_active: invalid value: integer `-1`",
+            Box::new(|m| m["parameters"]["runs"][0]["max_active"] = (-1).into()),
+        ),
         ("jobs[1].max_new_tokens: 0", Box::new(|m| m["parameters"]["jobs"][1]["max_new_tokens"] = 0.into())),
         ("jobs[0].id: empty", Box::new(|m| m["parameters"]["jobs"][0]["id"] = "".into())),
-        ("jobs[2].id: `interactive-a` is used twice", Box::new(|m| m["parameters"]["jobs"][2]["id"] = "interactive-a".into())),
+        (
+            "jobs[2].id: `interactive-a` is used twice",
+            Box::new(|m| m["parameters"]["jobs"][2]["id"] = "interactive-a".into()),
+        ),
         ("jobs[1].prompt:", Box::new(move |m| m["parameters"]["jobs"][1]["prompt"] = long.into())),
         ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
     ];
@@ -166,7 +194,8 @@ fn an_existing_out_file_is_never_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("taken.json");
     std::fs::write(&out, "precious").unwrap();
-    let o = scheduler(&tmp.path().join("models"), &["--rounds", "1", "--warmup", "0", "--out", out.to_str().unwrap()], &[]);
+    let o =
+        scheduler(&tmp.path().join("models"), &["--rounds", "1", "--warmup", "0", "--out", out.to_str().unwrap()], &[]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
@@ -177,7 +206,8 @@ fn default_manifests_carry_the_seed_workload() {
     let seed = common::scheduler::study::Parameters::seed();
     for name in ["tiny", "qwen2.5-0.5b", "qwen2.5-0.5b-instruct"] {
         let m: common::manifest::ExperimentManifest<common::scheduler::study::Parameters, serde_json::Value> =
-            common::manifest::read_experiment_manifest(&root().join(format!("manifests/scheduler/{name}.json"))).unwrap();
+            common::manifest::read_experiment_manifest(&root().join(format!("manifests/scheduler/{name}.json")))
+                .unwrap();
         assert_eq!(m.parameters.jobs, seed.jobs, "{name}");
         assert_eq!(m.parameters.runs, seed.runs, "{name}");
     }

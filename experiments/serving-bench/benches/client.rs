@@ -57,7 +57,8 @@ fn main() {
             total: Duration::from_secs(300),
         };
         let http = http_client(&timeouts);
-        let target = Target { name: "embedded".into(), kind: Kind::OpenAi, base_url: base.clone(), model: "tiny".into() };
+        let target =
+            Target { name: "embedded".into(), kind: Kind::OpenAi, base_url: base.clone(), model: "tiny".into() };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let probe_stop = stop.clone();
         let idle = probe(None, Duration::from_millis(300)).await;
@@ -65,9 +66,18 @@ fn main() {
         let t0 = Instant::now();
         let cpu0 = cpu_seconds();
         let specs: Vec<Spec> = (0..STREAMS)
-            .map(|i| Spec { concurrency: STREAMS, round: 0, index: i, prompt_name: "short", prompt: "Explain cache invalidation in one sentence.", max_tokens: TOKENS, seed: 1 })
+            .map(|i| Spec {
+                concurrency: STREAMS,
+                round: 0,
+                index: i,
+                prompt_name: "short",
+                prompt: "Explain cache invalidation in one sentence.",
+                max_tokens: TOKENS,
+                seed: 1,
+            })
             .collect();
-        let records = futures_util::future::join_all(specs.iter().map(|s| measure(&http, &target, s, &timeouts, t0))).await;
+        let records =
+            futures_util::future::join_all(specs.iter().map(|s| measure(&http, &target, s, &timeouts, t0))).await;
         let wall = t0.elapsed().as_secs_f64();
         let cpu = cpu0.zip(cpu_seconds()).map(|(a, b)| b - a);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -82,14 +92,36 @@ fn main() {
     let idle = common::stats::summarize(&lags.0);
     let lag = common::stats::summarize(&lags.1);
     println!("client against the embedded server: {STREAMS} concurrent streams x {TOKENS} tokens, {wall:.2} s");
-    println!("  streams completed      {ok}/{STREAMS} (failures: {:?})", records.iter().filter_map(|r| r.error).collect::<Vec<_>>());
+    println!(
+        "  streams completed      {ok}/{STREAMS} (failures: {:?})",
+        records.iter().filter_map(|r| r.error).collect::<Vec<_>>()
+    );
     println!("  tokens reported        {tokens} of {} asked, {chunks} chunks received", STREAMS * TOKENS);
     match cpu {
-        Some(cpu) => println!("  client CPU             {cpu:.2} s = {:.1} us per chunk ({:.1}% of one core over the run)", cpu * 1e6 / chunks.max(1) as f64, 100.0 * cpu / wall),
+        Some(cpu) => println!(
+            "  client CPU             {cpu:.2} s = {:.1} us per chunk ({:.1}% of one core over the run)",
+            cpu * 1e6 / chunks.max(1) as f64,
+            100.0 * cpu / wall
+        ),
         None => println!("  client CPU             unavailable (no /proc/self/stat)"),
     }
     let ms = |v: Option<f64>| v.map(|s| format!("{:.3} ms", s * 1e3)).unwrap_or_default();
-    println!("  event-loop lag, idle client,    n={}: p50 {}, p99 {}, max {}", idle.n, ms(idle.p50), ms(idle.p99), ms(idle.max));
-    println!("  event-loop lag, 256 streams,    n={}: p50 {}, p99 {}, max {}", lag.n, ms(lag.p50), ms(lag.p99), ms(lag.max));
-    println!("  timestamp error bound (loaded p99 - idle p99): {}", ms(lag.p99.zip(idle.p99).map(|(a, b)| (a - b).max(0.0))));
+    println!(
+        "  event-loop lag, idle client,    n={}: p50 {}, p99 {}, max {}",
+        idle.n,
+        ms(idle.p50),
+        ms(idle.p99),
+        ms(idle.max)
+    );
+    println!(
+        "  event-loop lag, 256 streams,    n={}: p50 {}, p99 {}, max {}",
+        lag.n,
+        ms(lag.p50),
+        ms(lag.p99),
+        ms(lag.max)
+    );
+    println!(
+        "  timestamp error bound (loaded p99 - idle p99): {}",
+        ms(lag.p99.zip(idle.p99).map(|(a, b)| (a - b).max(0.0)))
+    );
 }

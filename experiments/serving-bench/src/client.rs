@@ -80,7 +80,10 @@ pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) ->
         Kind::Ollama => ("/api/tags", "/models/0/name"),
     };
     let v: Value = get_json(client, &url(base, path)).await?;
-    v.pointer(pointer).and_then(Value::as_str).map(str::to_string).ok_or_else(|| format!("{base}{path} lists no model; pass --model"))
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("{base}{path} lists no model; pass --model"))
 }
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
@@ -104,7 +107,12 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
         Kind::Ollama => {
             let version = get_json(client, &url(&target.base_url, "/api/version")).await.unwrap_or_else(note);
             let show = async {
-                let r = client.post(url(&target.base_url, "/api/show")).json(&json!({"model": target.model})).send().await.map_err(|e| e.to_string())?;
+                let r = client
+                    .post(url(&target.base_url, "/api/show"))
+                    .json(&json!({"model": target.model}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 if !r.status().is_success() {
                     return Err(format!("HTTP {}", r.status()));
                 }
@@ -132,7 +140,13 @@ fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
 }
 
 /// Sends one streaming request and records it. `t0` is the run's clock origin.
-pub async fn measure(client: &reqwest::Client, target: &Target, spec: &Spec<'_>, timeouts: &Timeouts, t0: Instant) -> RequestRecord {
+pub async fn measure(
+    client: &reqwest::Client,
+    target: &Target,
+    spec: &Spec<'_>,
+    timeouts: &Timeouts,
+    t0: Instant,
+) -> RequestRecord {
     let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
     let start = Instant::now();
     let mut rec = RequestRecord {
@@ -192,8 +206,12 @@ async fn stream_into(
     let status = response.status();
     rec.status = Some(status.as_u16());
     if !status.is_success() {
-        let text = tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
-        return Err((ErrorClass::HttpStatus, format!("HTTP {}: {}", status.as_u16(), text.chars().take(200).collect::<String>())));
+        let text =
+            tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
+        return Err((
+            ErrorClass::HttpStatus,
+            format!("HTTP {}: {}", status.as_u16(), text.chars().take(200).collect::<String>()),
+        ));
     }
     let mut sse = SseParser::default();
     let mut ndjson = NdjsonParser::default();
@@ -208,18 +226,18 @@ async fn stream_into(
             deadline = deadline.min(first_deadline);
         }
         let next = match tokio::time::timeout_at(deadline.into(), stream.next()).await {
-            Err(_) => return Err(timeout_class(start, timeouts, rec.first_token_s.is_some(), "waiting for the stream")),
+            Err(_) => {
+                return Err(timeout_class(start, timeouts, rec.first_token_s.is_some(), "waiting for the stream"))
+            }
             Ok(n) => n,
         };
         let at = Instant::now();
         let ended = next.is_none();
         match next {
-            None => {
-                match target.kind {
-                    Kind::OpenAi => sse.finish(&mut events),
-                    Kind::Ollama => ndjson.finish(&mut events),
-                }
-            }
+            None => match target.kind {
+                Kind::OpenAi => sse.finish(&mut events),
+                Kind::Ollama => ndjson.finish(&mut events),
+            },
             Some(Err(e)) => return Err((ErrorClass::TruncatedStream, first_line(&e))),
             Some(Ok(bytes)) => {
                 rec.first_byte_s.get_or_insert(secs(at));

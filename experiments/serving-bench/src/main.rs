@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 const EXPERIMENT: &str = "serving-bench";
 
 #[derive(Parser)]
-#[command(about = "Serving benchmark: streaming TTFT, latency and throughput against OpenAI- and Ollama-compatible servers")]
+#[command(
+    about = "Serving benchmark: streaming TTFT, latency and throughput against OpenAI- and Ollama-compatible servers"
+)]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
@@ -142,7 +144,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let running = server::spawn((args.host, args.port).into(), Arc::new(prepared.model), config)
         .await
         .with_context(|| format!("cannot bind {}:{}; pick another --port", args.host, args.port))?;
-    println!("serving `{name}` on http://{} (OpenAI /v1/chat/completions, Ollama /api/chat); Ctrl-C stops", running.addr);
+    println!(
+        "serving `{name}` on http://{} (OpenAI /v1/chat/completions, Ollama /api/chat); Ctrl-C stops",
+        running.addr
+    );
     tokio::signal::ctrl_c().await?;
     println!("stopping: finishing open streams");
     running.stop().await;
@@ -150,24 +155,40 @@ async fn serve(args: ServeArgs) -> Result<()> {
 }
 
 fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
-    resolved
-        .pin
-        .as_ref()
-        .map(|p| p.name.clone())
-        .unwrap_or_else(|| resolved.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()))
+    resolved.pin.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| {
+        resolved.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+    })
 }
 
 fn effective(args: &BenchArgs, base: Parameters) -> Parameters {
     let mut p = base;
-    if let Some(v) = args.warmups { p.warmups = v }
-    if let Some(v) = args.rounds { p.rounds = v }
-    if !args.concurrency.is_empty() { p.concurrency = args.concurrency.clone() }
-    if let Some(v) = args.max_tokens { p.max_tokens = v }
-    if let Some(v) = args.seed { p.seed = v }
-    if let Some(v) = args.connect_timeout { p.connect_timeout_s = v }
-    if let Some(v) = args.first_token_timeout { p.first_token_timeout_s = v }
-    if let Some(v) = args.idle_timeout { p.idle_timeout_s = v }
-    if let Some(v) = args.timeout { p.total_timeout_s = v }
+    if let Some(v) = args.warmups {
+        p.warmups = v
+    }
+    if let Some(v) = args.rounds {
+        p.rounds = v
+    }
+    if !args.concurrency.is_empty() {
+        p.concurrency = args.concurrency.clone()
+    }
+    if let Some(v) = args.max_tokens {
+        p.max_tokens = v
+    }
+    if let Some(v) = args.seed {
+        p.seed = v
+    }
+    if let Some(v) = args.connect_timeout {
+        p.connect_timeout_s = v
+    }
+    if let Some(v) = args.first_token_timeout {
+        p.first_token_timeout_s = v
+    }
+    if let Some(v) = args.idle_timeout {
+        p.idle_timeout_s = v
+    }
+    if let Some(v) = args.timeout {
+        p.total_timeout_s = v
+    }
     p
 }
 
@@ -215,21 +236,31 @@ async fn bench(args: BenchArgs) -> Result<()> {
         let running = server::spawn(([127, 0, 0, 1], 0).into(), model, config).await?;
         let base_url = format!("http://{}", running.addr);
         for kind in [Kind::OpenAi, Kind::Ollama] {
-            targets.push(Target { name: format!("embedded-{}", kind.name()), kind, base_url: base_url.clone(), model: name.clone() });
+            targets.push(Target {
+                name: format!("embedded-{}", kind.name()),
+                kind,
+                base_url: base_url.clone(),
+                model: name.clone(),
+            });
         }
         embedded_server = Some(running);
     } else {
         for (i, spec) in args.target.iter().enumerate() {
-            let (kind, url) = spec.split_once('=').with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000"))?;
+            let (kind, url) = spec
+                .split_once('=')
+                .with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000"))?;
             let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 bail!("--target {spec}: the URL must start with http:// or https://");
             }
             let model = match &args.model_name {
                 Some(m) => m.clone(),
-                None => client::discover_model(&http, kind, url).await.map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?,
+                None => client::discover_model(&http, kind, url)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?,
             };
-            let name = if args.target.len() > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
+            let name =
+                if args.target.len() > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
             targets.push(Target { name, kind, base_url: url.trim_end_matches('/').to_string(), model });
         }
     }
@@ -243,18 +274,29 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
 
     let prompts = serving::default_prompts();
-    let prompt_order: Vec<(&String, &String)> = ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
+    let prompt_order: Vec<(&String, &String)> =
+        ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
     let measured: usize = params.concurrency.iter().sum::<usize>() * params.rounds * targets.len();
     let bar = indicatif::ProgressBar::new((measured + params.warmups * targets.len()) as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests {msg}").expect("a valid template").progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
     );
     let mut records: Vec<RequestRecord> = Vec::new();
     for target in &targets {
         bar.set_message(format!("{} warmup", target.name));
         for w in 0..params.warmups {
             let (name, prompt) = prompt_order[w % prompt_order.len()];
-            let spec = Spec { concurrency: 1, round: 0, index: w, prompt_name: name, prompt, max_tokens: params.max_tokens, seed: params.seed };
+            let spec = Spec {
+                concurrency: 1,
+                round: 0,
+                index: w,
+                prompt_name: name,
+                prompt,
+                max_tokens: params.max_tokens,
+                seed: params.seed,
+            };
             client::measure(&http, target, &spec, &timeouts, t0).await;
             bar.inc(1);
         }
@@ -264,10 +306,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 let specs: Vec<Spec> = (0..c)
                     .map(|i| {
                         let (name, prompt) = prompt_order[(round * c + i) % prompt_order.len()];
-                        Spec { concurrency: c, round, index: i, prompt_name: name, prompt, max_tokens: params.max_tokens, seed: params.seed }
+                        Spec {
+                            concurrency: c,
+                            round,
+                            index: i,
+                            prompt_name: name,
+                            prompt,
+                            max_tokens: params.max_tokens,
+                            seed: params.seed,
+                        }
                     })
                     .collect();
-                let batch = futures_util::future::join_all(specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0))).await;
+                let batch = futures_util::future::join_all(
+                    specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0)),
+                )
+                .await;
                 bar.inc(batch.len() as u64);
                 records.extend(batch);
             }
@@ -280,7 +333,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
 
     let runtimes: Vec<Runtime> = targets
         .iter()
-        .map(|t| Runtime { name: t.name.clone(), kind: t.kind.name().into(), base_url: t.base_url.clone(), model: t.model.clone() })
+        .map(|t| Runtime {
+            name: t.name.clone(),
+            kind: t.kind.name().into(),
+            base_url: t.base_url.clone(),
+            model: t.model.clone(),
+        })
         .collect();
     let facts = common::build_facts!();
     let requested = serde_json::json!({

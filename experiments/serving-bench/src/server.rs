@@ -7,6 +7,9 @@
 //! queue in front of it is bounded; a full queue answers 503 with Retry-After at once. A client
 //! that goes away closes its token channel, and the worker drops its session (and KV cache) at
 //! the next step.
+// Handlers return `Result<_, Response>` so that every rejection is a finished HTTP answer; the
+// size of axum's Response is the price of that and is paid only on the error path.
+#![allow(clippy::result_large_err)]
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -95,7 +98,13 @@ pub fn app(model: Arc<LoadedModel>, config: ServerConfig) -> (Router, Arc<Counte
         .name("engine".into())
         .spawn(move || worker(worker_model, rx, max_active, chunk, worker_counters))
         .expect("spawn the engine thread");
-    let state = Arc::new(AppState { model, jobs: tx, counters: counters.clone(), started: chrono::Utc::now(), config: config.clone() });
+    let state = Arc::new(AppState {
+        model,
+        jobs: tx,
+        counters: counters.clone(),
+        started: chrono::Utc::now(),
+        config: config.clone(),
+    });
     let router = Router::new()
         .route("/v1/chat/completions", post(openai_chat))
         .route("/v1/models", get(openai_models))
@@ -111,7 +120,13 @@ pub fn app(model: Arc<LoadedModel>, config: ServerConfig) -> (Router, Arc<Counte
     (router, counters)
 }
 
-fn worker(model: Arc<LoadedModel>, mut rx: mpsc::Receiver<Job>, max_active: usize, chunk: Option<usize>, counters: Arc<Counters>) {
+fn worker(
+    model: Arc<LoadedModel>,
+    mut rx: mpsc::Receiver<Job>,
+    max_active: usize,
+    chunk: Option<usize>,
+    counters: Arc<Counters>,
+) {
     struct Active {
         job: Job,
         session: Session,
@@ -138,7 +153,13 @@ fn worker(model: Arc<LoadedModel>, mut rx: mpsc::Receiver<Job>, max_active: usiz
             match Session::new(&model, job.prompt_ids.clone(), job.max_tokens) {
                 Ok(session) => {
                     counters.active.fetch_add(1, Ordering::SeqCst);
-                    active.push(Active { job, session, sent_text: String::new(), prompt_eval: Duration::ZERO, eval: Duration::ZERO });
+                    active.push(Active {
+                        job,
+                        session,
+                        sent_text: String::new(),
+                        prompt_eval: Duration::ZERO,
+                        eval: Duration::ZERO,
+                    });
                 }
                 Err(e) => {
                     let _ = job.tx.send(Event::Error(e.to_string()));
@@ -159,7 +180,11 @@ fn worker(model: Arc<LoadedModel>, mut rx: mpsc::Receiver<Job>, max_active: usiz
         }
         let candidates: Vec<Candidate> = active
             .iter()
-            .map(|a| Candidate { prompt_tokens: a.session.prompt_len(), prefill_remaining: a.session.prefill_remaining(), generated: a.session.output().len() })
+            .map(|a| Candidate {
+                prompt_tokens: a.session.prompt_len(),
+                prefill_remaining: a.session.prefill_remaining(),
+                generated: a.session.output().len(),
+            })
             .collect();
         let i = Policy::Interleave.pick(&candidates, cursor);
         let a = &mut active[i];
@@ -220,7 +245,9 @@ enum Api {
 
 fn error(api: Api, status: StatusCode, param: &str, message: String) -> Response {
     let body = match api {
-        Api::OpenAi => json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status.as_u16()}}),
+        Api::OpenAi => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status.as_u16()}})
+        }
         Api::Ollama => json!({"error": message, "param": param}),
     };
     let mut response = (status, Json(body)).into_response();
@@ -242,24 +269,41 @@ fn parse(state: &AppState, api: Api, body: &Bytes, chat: bool) -> Result<Request
     let bad = |param: &str, msg: String| error(api, StatusCode::BAD_REQUEST, param, msg);
     let value: Value = serde_json::from_slice(body).map_err(|e| bad("body", format!("body is not JSON: {e}")))?;
     let obj = value.as_object().ok_or_else(|| bad("body", "body must be a JSON object".into()))?;
-    let model = obj.get("model").and_then(Value::as_str).ok_or_else(|| bad("model", "`model` must be a string".into()))?;
+    let model =
+        obj.get("model").and_then(Value::as_str).ok_or_else(|| bad("model", "`model` must be a string".into()))?;
     if model != state.config.model_name {
-        return Err(error(api, StatusCode::NOT_FOUND, "model", format!("model `{model}` not found; this server serves `{}`", state.config.model_name)));
+        return Err(error(
+            api,
+            StatusCode::NOT_FOUND,
+            "model",
+            format!("model `{model}` not found; this server serves `{}`", state.config.model_name),
+        ));
     }
     let text = if chat {
-        let messages = obj.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty())
+        let messages = obj
+            .get("messages")
+            .and_then(Value::as_array)
+            .filter(|m| !m.is_empty())
             .ok_or_else(|| bad("messages", "`messages` must be a non-empty array".into()))?;
         let mut parsed = Vec::new();
         for (i, m) in messages.iter().enumerate() {
-            let role = m.get("role").and_then(Value::as_str).filter(|r| ["system", "user", "assistant"].contains(r))
+            let role = m
+                .get("role")
+                .and_then(Value::as_str)
+                .filter(|r| ["system", "user", "assistant"].contains(r))
                 .ok_or_else(|| bad(&format!("messages[{i}].role"), "role must be system, user or assistant".into()))?;
-            let content = m.get("content").and_then(Value::as_str)
+            let content = m
+                .get("content")
+                .and_then(Value::as_str)
                 .ok_or_else(|| bad(&format!("messages[{i}].content"), "content must be a string".into()))?;
             parsed.push(Message { role, content });
         }
         state.model.template.render(&parsed, true).map_err(|e| bad("messages", e.to_string()))?
     } else {
-        let prompt = obj.get("prompt").and_then(Value::as_str).ok_or_else(|| bad("prompt", "`prompt` must be a string".into()))?;
+        let prompt = obj
+            .get("prompt")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("prompt", "`prompt` must be a string".into()))?;
         state.model.template.render_user(prompt).map_err(|e| bad("prompt", e.to_string()))?
     };
     let (max_field, max_value) = match api {
@@ -271,17 +315,33 @@ fn parse(state: &AppState, api: Api, body: &Bytes, chat: bool) -> Result<Request
     };
     let max_tokens = match max_value {
         None | Some(Value::Null) => 128,
-        Some(v) => v.as_u64().filter(|n| *n >= 1).ok_or_else(|| bad(max_field, format!("`{max_field}` must be an integer >= 1")))? as usize,
+        Some(v) => {
+            v.as_u64()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| bad(max_field, format!("`{max_field}` must be an integer >= 1")))? as usize
+        }
     };
     let stream = match obj.get("stream") {
         None => matches!(api, Api::Ollama), // Ollama streams by default, OpenAI does not
         Some(v) => v.as_bool().ok_or_else(|| bad("stream", "`stream` must be a boolean".into()))?,
     };
-    let ids = state.model.tokenizer.encode(text.as_str(), false).map_err(|e| bad("messages", e.to_string()))?.get_ids().to_vec();
+    let ids = state
+        .model
+        .tokenizer
+        .encode(text.as_str(), false)
+        .map_err(|e| bad("messages", e.to_string()))?
+        .get_ids()
+        .to_vec();
     let context = state.model.config.max_position_embeddings;
     if ids.len() + max_tokens > context {
         let field = if chat { "messages" } else { "prompt" };
-        return Err(bad(field, format!("prompt of {} tokens plus {max_field} {max_tokens} exceeds the context of {context} tokens", ids.len())));
+        return Err(bad(
+            field,
+            format!(
+                "prompt of {} tokens plus {max_field} {max_tokens} exceeds the context of {context} tokens",
+                ids.len()
+            ),
+        ));
     }
     Ok(Request { prompt_ids: ids, max_tokens, stream })
 }
@@ -316,11 +376,18 @@ fn now_secs() -> u64 {
 type RawBody = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
 fn read_body(api: Api, body: RawBody, limit: usize) -> Result<Bytes, Response> {
-    body.map_err(|e| error(api, StatusCode::BAD_REQUEST, "body", format!("request body rejected ({e}); the limit is {limit} bytes")))
+    body.map_err(|e| {
+        error(api, StatusCode::BAD_REQUEST, "body", format!("request body rejected ({e}); the limit is {limit} bytes"))
+    })
 }
 
 /// Reads, validates and queues a generation request: everything before the answer starts.
-fn accept(state: &AppState, api: Api, body: RawBody, chat: bool) -> Result<(Bytes, Request, mpsc::UnboundedReceiver<Event>), Response> {
+fn accept(
+    state: &AppState,
+    api: Api,
+    body: RawBody,
+    chat: bool,
+) -> Result<(Bytes, Request, mpsc::UnboundedReceiver<Event>), Response> {
     let body = read_body(api, body, state.config.max_body_bytes)?;
     let req = parse(state, api, &body, chat)?;
     let rx = submit(state, api, &req)?;
@@ -363,20 +430,26 @@ async fn openai_chat(State(state): State<Arc<AppState>>, body: RawBody) -> Respo
         Bytes::from(format!("data: {v}\n\n"))
     };
     let first = chunk(json!({"role": "assistant", "content": ""}), None);
-    let stream = async_stream(rx, move |event| match event {
-        Event::Text(t) => vec![chunk(json!({"content": t}), None)],
-        Event::Done(d) => {
-            let mut out = vec![chunk(json!({}), Some(finish_reason(d.reason)))];
-            if include_usage {
-                let usage = json!({"id": "usage", "object": "chat.completion.chunk", "created": created, "choices": [],
+    let stream = async_stream(
+        rx,
+        move |event| match event {
+            Event::Text(t) => vec![chunk(json!({"content": t}), None)],
+            Event::Done(d) => {
+                let mut out = vec![chunk(json!({}), Some(finish_reason(d.reason)))];
+                if include_usage {
+                    let usage = json!({"id": "usage", "object": "chat.completion.chunk", "created": created, "choices": [],
                     "usage": {"prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens, "total_tokens": d.prompt_tokens + d.completion_tokens}});
-                out.push(Bytes::from(format!("data: {usage}\n\n")));
+                    out.push(Bytes::from(format!("data: {usage}\n\n")));
+                }
+                out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                out
             }
-            out.push(Bytes::from_static(b"data: [DONE]\n\n"));
-            out
-        }
-        Event::Error(e) => vec![Bytes::from(format!("event: error\ndata: {}\n\n", json!({"error": {"message": e}})))],
-    }, Some(first));
+            Event::Error(e) => {
+                vec![Bytes::from(format!("event: error\ndata: {}\n\n", json!({"error": {"message": e}})))]
+            }
+        },
+        Some(first),
+    );
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -451,11 +524,15 @@ async fn ollama(State(state): State<Arc<AppState>>, body: RawBody, chat: bool) -
         }
         return error(Api::Ollama, StatusCode::INTERNAL_SERVER_ERROR, "", "the engine stopped".into());
     }
-    let stream = async_stream(rx, move |event| match event {
-        Event::Text(t) => vec![Bytes::from(line(&t, None))],
-        Event::Done(d) => vec![Bytes::from(line("", Some(&d)))],
-        Event::Error(e) => vec![Bytes::from(format!("{}\n", json!({"error": e})))],
-    }, None);
+    let stream = async_stream(
+        rx,
+        move |event| match event {
+            Event::Text(t) => vec![Bytes::from(line(&t, None))],
+            Event::Done(d) => vec![Bytes::from(line("", Some(&d)))],
+            Event::Error(e) => vec![Bytes::from(format!("{}\n", json!({"error": e})))],
+        },
+        None,
+    );
     Response::builder()
         .header(header::CONTENT_TYPE, "application/x-ndjson")
         .body(stream)
@@ -522,13 +599,21 @@ impl Running {
 }
 
 /// Binds `addr` (port 0 picks a free one) and serves until [`Running::stop`].
-pub async fn spawn(addr: std::net::SocketAddr, model: Arc<LoadedModel>, config: ServerConfig) -> std::io::Result<Running> {
+pub async fn spawn(
+    addr: std::net::SocketAddr,
+    model: Arc<LoadedModel>,
+    config: ServerConfig,
+) -> std::io::Result<Running> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (router, counters) = app(model, config);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).with_graceful_shutdown(async { let _ = rx.await; }).await;
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await;
     });
     Ok(Running { addr, counters, shutdown: Some(tx), task })
 }

@@ -147,7 +147,8 @@ fn dispatch_sse(payload: &str, is_error: bool, out: &mut Vec<Event>) {
     }
     let before = out.len();
     if let Some(choice) = value.get("choices").and_then(|c| c.as_array()).and_then(|c| c.first()) {
-        let text = choice.pointer("/delta/content").or_else(|| choice.get("text")).and_then(|t| t.as_str()).unwrap_or("");
+        let text =
+            choice.pointer("/delta/content").or_else(|| choice.get("text")).and_then(|t| t.as_str()).unwrap_or("");
         if !text.is_empty() {
             out.push(Event::Text(text.to_string()));
         }
@@ -168,7 +169,11 @@ fn dispatch_sse(payload: &str, is_error: bool, out: &mut Vec<Event>) {
 
 fn error_message(value: &serde_json::Value) -> String {
     let e = value.get("error").unwrap_or(value);
-    e.get("message").and_then(|m| m.as_str()).map(str::to_string).or_else(|| e.as_str().map(str::to_string)).unwrap_or_else(|| e.to_string())
+    e.get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_string)
+        .or_else(|| e.as_str().map(str::to_string))
+        .unwrap_or_else(|| e.to_string())
 }
 
 fn clip(s: &str) -> String {
@@ -205,7 +210,8 @@ fn ndjson_line(line: &[u8], out: &mut Vec<Event>) {
     if value.get("error").is_some_and(|e| !e.is_null()) {
         return out.push(Event::Error(error_message(&value)));
     }
-    let content = value.pointer("/message/content").or_else(|| value.get("response")).and_then(|c| c.as_str()).unwrap_or("");
+    let content =
+        value.pointer("/message/content").or_else(|| value.get("response")).and_then(|c| c.as_str()).unwrap_or("");
     if !content.is_empty() {
         out.push(Event::Text(content.to_string()));
     }
@@ -294,7 +300,10 @@ mod tests {
             assert_eq!(out[0], Event::Text("Hi".into()));
             assert_eq!(out[1], Event::NoText);
             let Event::OllamaDone(c) = &out[2] else { panic!("{out:?}") };
-            assert_eq!((c.eval_count, c.prompt_eval_duration, c.done_reason.as_deref()), (Some(3), Some(500), Some("stop")));
+            assert_eq!(
+                (c.eval_count, c.prompt_eval_duration, c.done_reason.as_deref()),
+                (Some(3), Some(500), Some("stop"))
+            );
         }
         let mut p = NdjsonParser::default();
         let mut out = Vec::new();

@@ -63,12 +63,22 @@ async fn bad_requests_are_400_naming_the_field() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["param"], field, "{v}");
     }
-    let r = http.post(format!("{base}/api/chat")).json(&json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": -3}})).send().await.unwrap();
+    let r = http
+        .post(format!("{base}/api/chat"))
+        .json(&json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": -3}}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["param"], "options.num_predict");
     let r = http.post(format!("{base}/v1/chat/completions")).body("{not json").send().await.unwrap();
     assert_eq!(r.status(), 400);
-    let r = http.post(format!("{base}/v1/chat/completions")).json(&json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})).send().await.unwrap();
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     s.stop().await;
 }
@@ -78,7 +88,15 @@ async fn complete_answers_carry_usage_and_counters() {
     let (s, _tmp) = server(2, 4, 1 << 20).await;
     let base = format!("http://{}", s.addr);
     let http = reqwest::Client::new();
-    let v: Value = http.post(format!("{base}/v1/chat/completions")).json(&chat(5, false)).send().await.unwrap().json().await.unwrap();
+    let v: Value = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&chat(5, false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 5);
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     let body = json!({"model": "tiny", "prompt": "Explain cache invalidation.", "stream": false, "options": {"num_predict": 4}});
@@ -114,7 +132,14 @@ async fn a_client_that_disconnects_mid_stream_frees_its_session() {
     let (s, _tmp) = server(2, 4, 1 << 20).await;
     let base = format!("http://{}", s.addr);
     let http = reqwest::Client::new();
-    let mut response = http.post(format!("{base}/api/chat")).json(&json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": 3000}})).send().await.unwrap();
+    let mut response = http
+        .post(format!("{base}/api/chat"))
+        .json(
+            &json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": 3000}}),
+        )
+        .send()
+        .await
+        .unwrap();
     let first = response.chunk().await.unwrap().unwrap();
     assert!(!first.is_empty());
     assert_eq!(health(&http, &base).await["active"], 1);

@@ -101,7 +101,8 @@ async fn a_clean_stream_in_one_byte_reads_succeeds() {
     assert_eq!(r.error, None, "{:?}", r.error_detail);
     assert_eq!((r.chunks, r.usage_completion_tokens, r.finish_reason.as_deref()), (2, Some(3), Some("length")));
     assert_eq!(r.chunk_gaps_s.len(), 1);
-    let (sched, sent, byte, token) = (r.scheduled_s, r.sent_s.unwrap(), r.first_byte_s.unwrap(), r.first_token_s.unwrap());
+    let (sched, sent, byte, token) =
+        (r.scheduled_s, r.sent_s.unwrap(), r.first_byte_s.unwrap(), r.first_token_s.unwrap());
     assert!(sched <= sent && sent <= byte && byte <= token && token <= r.end_s, "{r:?}");
 }
 
@@ -124,7 +125,9 @@ async fn fault_connection_refused() {
 
 #[tokio::test]
 async fn fault_http_500() {
-    let base = scripted(vec![w("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops")]).await;
+    let base =
+        scripted(vec![w("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops")])
+            .await;
     let r = run(Kind::OpenAi, base, timeouts()).await;
     assert_eq!((r.error, r.status), (Some(ErrorClass::HttpStatus), Some(500)));
     assert!(r.error_detail.unwrap().contains("oops"));
