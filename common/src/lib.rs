@@ -14,6 +14,7 @@ pub mod digest;
 pub mod engine;
 pub mod experiment;
 pub mod generate;
+pub mod gguf;
 pub mod load;
 pub mod manifest;
 pub mod pin;

@@ -35,6 +35,19 @@ enum Command {
     },
     /// Download a Hub model at exactly its pinned revision into the Hugging Face cache, then verify.
     Fetch { name: String },
+    /// Export a pinned model (verified first) to GGUF for llama.cpp or Ollama.
+    ExportGguf {
+        name: String,
+        /// Weight type of the matrices (norms and biases stay F32).
+        #[arg(long = "type", value_enum, default_value = "f32")]
+        weight_type: common::gguf::WeightType,
+        /// The GGUF file to write; never overwritten.
+        #[arg(long)]
+        out: PathBuf,
+        /// Export this copy of the model instead of the standard locations (verified against the pin).
+        #[arg(long)]
+        model_dir: Option<PathBuf>,
+    },
     /// Regenerate a generated shape and rewrite its pin in manifests/models/ (after an
     /// intended change to the generator); prints what changed.
     Pin { shape: String },
@@ -104,6 +117,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             let m = resolve(&ws, &pin, &ResolveOptions::default())?;
             println!("{:<24} verified in {}", pin.name, ws.display_path(&m.dir));
+            Ok(())
+        }
+        Command::ExportGguf { name, weight_type, out, model_dir } => {
+            let pin = ws.model_pin(&name)?;
+            let opts = ResolveOptions { model_dir, offline: true, generate_missing: true, ..Default::default() };
+            let model = resolve(&ws, &pin, &opts)?;
+            let exported = common::gguf::export(&model.dir, &out, weight_type)?;
+            println!("wrote {} ({} tensors)", out.display(), exported.tensors);
+            if !exported.fallbacks.is_empty() {
+                println!("kept at F16 (rows not a multiple of 32): {}", exported.fallbacks.join(", "));
+            }
             Ok(())
         }
         Command::Pin { shape } => {

@@ -231,3 +231,29 @@ mod reqwest {
         rt.block_on(async { ::reqwest::get(url).await.unwrap().json().await.unwrap() })
     }
 }
+
+#[test]
+fn bad_command_lines_are_one_line_errors_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("never.json");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--target", "vllm"], "write KIND=URL"),
+        (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
+        (&["--target", "openai=https://127.0.0.1:1"], "must start with http://"),
+        (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
+        (&["--timeout", "-1"], "total_timeout_s: -1"),
+    ];
+    for (args, expected) in cases {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+            .current_dir(root())
+            .env("LAB_MODELS_DIR", tmp.path().join("models"))
+            .args(args)
+            .args(["--model-name", "m", "--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.lines().any(|l| l.starts_with("error:") && l.contains(expected)), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote an artifact");
+    }
+}
