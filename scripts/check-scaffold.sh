@@ -6,7 +6,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/common" "$tmp/"
+# Every workspace member but the experiments (the copy must start without any).
+cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/common" "$root/report" "$tmp/"
 mkdir -p "$tmp/experiments" "$tmp/manifests/models"
 cp "$root/manifests/models/tiny.json" "$tmp/manifests/models/"
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
