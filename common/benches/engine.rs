@@ -30,10 +30,18 @@ fn main() {
         prompt.len()
     );
 
-    // Bare candle: prefill, then one forward per token, argmax on the host.
+    // Bare candle: the stock candle-transformers Qwen2 on the same files, prefill, then one
+    // forward per token.
     let bare = {
-        let mut m = model.model.clone();
-        m.clear_kv_cache();
+        let vb = unsafe {
+            candle_nn::VarBuilder::from_mmaped_safetensors(
+                &[resolved.dir.join("model.safetensors")],
+                candle_core::DType::F32,
+                &model.device,
+            )
+        }
+        .unwrap();
+        let mut m = candle_transformers::models::qwen2::ModelForCausalLM::new(&model.config, vb).unwrap();
         let ids = Tensor::new(prompt.as_slice(), &model.device).unwrap().unsqueeze(0).unwrap();
         let logits = m.forward(&ids, 0).unwrap();
         let mut next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
@@ -57,6 +65,22 @@ fn main() {
     };
     println!("decode, bare candle loop   {bare:>7.2} tokens/s");
     println!("decode, engine session     {engine:>7.2} tokens/s   engine / bare = {:.3}", engine / bare);
+
+    // A decode step's cost against the context it attends over. The cache is marked filled to the
+    // context without computing it (its values do not change the work of a step).
+    let step_ms = |context: usize| {
+        let mut cache = model.model.new_cache(context + 9).unwrap();
+        cache.assume_filled(context);
+        let mut best = f64::INFINITY;
+        for i in 0..8 {
+            let t = Instant::now();
+            model.model.forward(&mut cache, &[i as u32 + 1]).unwrap();
+            best = best.min(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        best
+    };
+    let (short, long) = (step_ms(64), step_ms(4096));
+    println!("decode step at context 64  {short:>7.2} ms, at 4096 {long:>7.2} ms: ratio {:.3}", long / short);
 
     let jobs: Vec<Job> = params
         .jobs

@@ -2,12 +2,14 @@
 //! a time by whoever schedules it.
 //!
 //! A step is either a prefill chunk of the prompt (any length, at its position offset) or one
-//! decode token. Decoding is greedy. A clone of the loaded model shares the weights (candle
-//! tensors are reference-counted) and carries its own cache, so sessions are independent.
+//! decode token. Decoding is greedy. Sessions share the model's weights and each owns a KV cache
+//! allocated once for its whole length (prompt plus cap), so sessions are independent and a
+//! step never copies the cache.
 
 use crate::load::LoadedModel;
-use candle_core::{Device, Tensor};
-use candle_transformers::models::qwen2::ModelForCausalLM;
+use crate::qwen::{Cache, Qwen2};
+use candle_core::Tensor;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -53,8 +55,8 @@ pub enum StepKind {
 
 /// One request's generation state.
 pub struct Session {
-    model: ModelForCausalLM,
-    device: Device,
+    model: Arc<Qwen2>,
+    cache: Cache,
     prompt: Vec<u32>,
     prefilled: usize,
     output: Vec<u32>,
@@ -76,11 +78,10 @@ impl Session {
         if prompt.len() + max_new_tokens > context {
             return Err(EngineError::TooLong { prompt: prompt.len(), max_new: max_new_tokens, context });
         }
-        let mut own = model.model.clone();
-        own.clear_kv_cache();
+        let cache = model.model.new_cache(prompt.len() + max_new_tokens)?;
         Ok(Session {
-            model: own,
-            device: model.device.clone(),
+            model: model.model.clone(),
+            cache,
             prompt,
             prefilled: 0,
             output: Vec::with_capacity(max_new_tokens),
@@ -111,6 +112,11 @@ impl Session {
         &self.output
     }
 
+    /// Bytes of this session's KV cache (allocated for prompt plus cap at creation).
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
     /// Runs the next step: a prefill chunk of at most `chunk` tokens (the whole remaining prompt
     /// when `None`) while the prompt is not done, else one decode token.
     pub fn step(&mut self, chunk: Option<usize>) -> Result<StepOutcome, EngineError> {
@@ -123,8 +129,8 @@ impl Session {
             (StepKind::Decode, &self.output[last..], self.prompt.len() + last)
         };
         let tokens = input.len();
-        let ids = Tensor::new(input, &self.device)?.unsqueeze(0)?;
-        let logits = self.model.forward(&ids, position)?;
+        debug_assert_eq!(position, self.cache.len());
+        let logits = self.model.forward(&mut self.cache, input)?;
         let token = if kind == StepKind::Prefill {
             self.prefilled += tokens;
             (self.prefilled == self.prompt.len()).then(|| argmax(&logits)).transpose()?

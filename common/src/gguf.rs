@@ -195,7 +195,7 @@ pub fn export(dir: &Path, out: &Path, ty: WeightType) -> Result<Exported, GgufEr
             _ if !matrix => GgmlDType::F32,
             WeightType::F32 => GgmlDType::F32,
             WeightType::F16 => GgmlDType::F16,
-            WeightType::Q8_0 if t.dims()[1] % 32 == 0 => GgmlDType::Q8_0,
+            WeightType::Q8_0 if t.dims()[1].is_multiple_of(32) => GgmlDType::Q8_0,
             WeightType::Q8_0 => {
                 fallbacks.push(name.clone());
                 GgmlDType::F16

@@ -20,6 +20,7 @@ pub mod manifest;
 pub mod pin;
 pub mod policy;
 pub mod provenance;
+pub mod qwen;
 pub mod resolve;
 pub mod scheduler;
 pub mod schema;

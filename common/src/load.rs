@@ -6,11 +6,13 @@
 //! names the file, never a panic.
 
 use crate::config::{parse_config, stop_token_ids, ConfigError};
+use crate::qwen::Qwen2;
 use crate::template::{ChatTemplate, TemplateError};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
-use candle_transformers::models::qwen2::{Config, ModelForCausalLM};
+use candle_transformers::models::qwen2::Config;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 /// The dtype we compute in: candle's CPU matmul has no BF16 kernel, and F32 is what the
@@ -35,11 +37,11 @@ pub enum LoadError {
     Encode(String),
 }
 
-/// A loaded checkpoint. Clone `model` per request: the weights are shared, the KV cache is not.
+/// A loaded checkpoint. Sessions share `model` (the weights) and own their KV caches.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub config: Config,
-    pub model: ModelForCausalLM,
+    pub model: Arc<Qwen2>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     pub stop_ids: Vec<u32>,
@@ -80,7 +82,7 @@ impl LoadedModel {
         // under a running experiment would invalidate its results anyway.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DTYPE, &device) }
             .map_err(|e| LoadError::Weights(e.to_string()))?;
-        let model = ModelForCausalLM::new(&config, vb).map_err(|e| LoadError::Weights(e.to_string()))?;
+        let model = Arc::new(Qwen2::load(&config, vb).map_err(|e| LoadError::Weights(e.to_string()))?);
         Ok(LoadedModel { dir: dir.to_path_buf(), config, model, tokenizer, template, stop_ids, device })
     }
 

@@ -241,7 +241,7 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=https://127.0.0.1:1"], "must start with http://"),
         (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
-        (&["--timeout", "-1"], "total_timeout_s: -1"),
+        (&["--timeout=-1"], "total_timeout_s: -1"),
     ];
     for (args, expected) in cases {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
