@@ -48,6 +48,7 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                     completion_ms: m.completion_ms,
                     max_gap_ms: m.max_gap_ms,
                     finish_reason: common::engine::FinishReason::Length,
+                    kv_cache_bytes: 0,
                 })
                 .collect();
             runs.push(RunRecord {
@@ -57,6 +58,7 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                 round,
                 elapsed_ms: out.elapsed_ms,
                 scheduler_overhead_ms: out.overhead_ms,
+                peak_rss_bytes: out.peak_rss_bytes,
                 requests,
                 timeline: out.timeline,
             });

@@ -98,15 +98,41 @@ pub fn request_metrics(timeline: &[TimelineStep]) -> Vec<RequestMetrics> {
         .collect()
 }
 
+/// How one job ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub job: String,
+    pub reason: FinishReason,
+    /// Exact bytes of the job's KV cache (allocated for its prompt plus cap).
+    pub kv_cache_bytes: usize,
+}
+
 /// The outcome of one scheduler run.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub timeline: Vec<TimelineStep>,
-    pub finish: Vec<(String, FinishReason)>,
+    /// Each job's end: why it finished and the bytes of its KV cache.
+    pub finish: Vec<Finished>,
     /// Wall time of the run: end of its last step.
     pub elapsed_ms: f64,
     /// Time spent outside forward passes (choosing, bookkeeping), summed over steps.
     pub overhead_ms: f64,
+    /// The process's peak resident memory during the run (Linux; `None` elsewhere).
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Resets the kernel's resident-memory high-water mark, so the next reading covers what follows
+/// (Linux; elsewhere nothing happens and readings cover the whole process).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The resident-memory high-water mark (`VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Runs `jobs` (in arrival order) to completion under `config`.
@@ -123,6 +149,7 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
     let mut finish = Vec::new();
     let mut cursor = 0usize;
     let mut in_forward = Duration::ZERO;
+    reset_peak_rss();
     let start = Instant::now();
 
     loop {
@@ -166,7 +193,11 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
             token: outcome.token,
         });
         if let Some(reason) = active[i].session.finish_reason() {
-            finish.push((active[i].job.id.clone(), reason));
+            finish.push(Finished {
+                job: active[i].job.id.clone(),
+                reason,
+                kv_cache_bytes: active[i].session.kv_cache_bytes(),
+            });
             active.remove(i);
             cursor = i; // the next one slid into this slot
         } else {
@@ -180,6 +211,7 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         finish,
         elapsed_ms,
         overhead_ms: round_ms((total - in_forward.min(total)).as_nanos() as f64 / 1e6),
+        peak_rss_bytes: peak_rss(),
     })
 }
 

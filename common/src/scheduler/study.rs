@@ -153,6 +153,9 @@ pub struct RequestRecord {
     pub completion_ms: f64,
     pub max_gap_ms: f64,
     pub finish_reason: FinishReason,
+    /// Exact bytes of the request's KV cache (keys and values of every layer, F32, allocated for
+    /// its prompt plus cap).
+    pub kv_cache_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -167,6 +170,8 @@ pub struct RunRecord {
     pub elapsed_ms: f64,
     /// Time outside forward passes: the scheduler's own cost.
     pub scheduler_overhead_ms: f64,
+    /// Peak resident memory of the process during this run (Linux), bytes.
+    pub peak_rss_bytes: Option<u64>,
     /// Sorted by id, as in the seed.
     pub requests: Vec<RequestRecord>,
     pub timeline: Vec<TimelineStep>,

@@ -139,8 +139,7 @@ fn run(args: Args) -> Result<i32> {
                 .into_iter()
                 .map(|m| {
                     let job = job_records.iter().find(|j| j.id == m.id).expect("timeline jobs come from the job list");
-                    let finish_reason =
-                        outcome.finish.iter().find(|(id, _)| *id == m.id).map(|f| f.1).expect("every job finishes");
+                    let finished = outcome.finish.iter().find(|f| f.job == m.id).expect("every job finishes");
                     RequestRecord {
                         text: model.decode(&m.output_ids),
                         id: m.id,
@@ -150,7 +149,8 @@ fn run(args: Args) -> Result<i32> {
                         ttft_ms: m.ttft_ms,
                         completion_ms: m.completion_ms,
                         max_gap_ms: m.max_gap_ms,
-                        finish_reason,
+                        finish_reason: finished.reason,
+                        kv_cache_bytes: finished.kv_cache_bytes,
                     }
                 })
                 .collect();
@@ -161,6 +161,7 @@ fn run(args: Args) -> Result<i32> {
                 round: round - params.warmup,
                 elapsed_ms: outcome.elapsed_ms,
                 scheduler_overhead_ms: outcome.overhead_ms,
+                peak_rss_bytes: outcome.peak_rss_bytes,
                 requests,
                 timeline: outcome.timeline,
             });
