@@ -82,16 +82,7 @@ fn main() {
     let (short, long) = (step_ms(64), step_ms(4096));
     println!("decode step at context 64  {short:>7.2} ms, at 4096 {long:>7.2} ms: ratio {:.3}", long / short);
 
-    let jobs: Vec<Job> = params
-        .jobs
-        .iter()
-        .map(|j| Job {
-            id: j.id.clone(),
-            prompt_ids: model.encode_user_prompt(&j.prompt).unwrap().1,
-            max_new_tokens: j.max_new_tokens,
-            arrival_ms: 0.0,
-        })
-        .collect();
+    let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();
     for config in &params.runs {
         let out = scheduler::run(&model, &jobs, *config).unwrap();
         let steps = out.timeline.len() as f64;

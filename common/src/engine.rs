@@ -7,6 +7,7 @@
 //! step never copies the cache.
 
 use crate::load::LoadedModel;
+use crate::policy::Candidate;
 use crate::qwen::{Cache, Qwen2};
 use candle_core::Tensor;
 use std::sync::Arc;
@@ -110,6 +111,15 @@ impl Session {
 
     pub fn output(&self) -> &[u32] {
         &self.output
+    }
+
+    /// What a scheduling policy may look at.
+    pub fn candidate(&self) -> Candidate {
+        Candidate {
+            prompt_tokens: self.prompt.len(),
+            prefill_remaining: self.prefill_remaining(),
+            generated: self.output.len(),
+        }
     }
 
     /// Bytes of this session's KV cache (allocated for prompt plus cap at creation).

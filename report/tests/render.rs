@@ -19,16 +19,7 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
     common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &ckpt, false).unwrap();
     let model = LoadedModel::load(&ckpt).unwrap();
     let params = Parameters::seed();
-    let jobs: Vec<Job> = params
-        .jobs
-        .iter()
-        .map(|j| Job {
-            id: j.id.clone(),
-            prompt_ids: model.encode_user_prompt(&j.prompt).unwrap().1,
-            max_new_tokens: j.max_new_tokens,
-            arrival_ms: 0.0,
-        })
-        .collect();
+    let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();
     let mut runs = Vec::new();
     for round in 0..2 {
         for config in [

@@ -24,6 +24,15 @@ pub struct Job {
     pub arrival_ms: f64,
 }
 
+impl Job {
+    /// The job for a manifest's job spec: its prompt rendered through the checkpoint's chat
+    /// template and tokenized.
+    pub fn from_spec(model: &LoadedModel, spec: &study::JobSpec) -> Result<Self, crate::load::LoadError> {
+        let (_, prompt_ids) = model.encode_user_prompt(&spec.prompt)?;
+        Ok(Job { id: spec.id.clone(), prompt_ids, max_new_tokens: spec.max_new_tokens, arrival_ms: spec.arrival_ms })
+    }
+}
+
 /// One policy configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -170,14 +179,7 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
                 None => break,
             }
         }
-        let candidates: Vec<Candidate> = active
-            .iter()
-            .map(|a| Candidate {
-                prompt_tokens: a.session.prompt_len(),
-                prefill_remaining: a.session.prefill_remaining(),
-                generated: a.session.output().len(),
-            })
-            .collect();
+        let candidates: Vec<Candidate> = active.iter().map(|a| a.session.candidate()).collect();
         let i = config.policy.pick(&candidates, cursor);
         let t0 = Instant::now();
         let outcome = active[i].session.step(config.chunk_size)?;

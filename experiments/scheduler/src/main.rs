@@ -93,28 +93,22 @@ fn run(args: Args) -> Result<i32> {
     let mut jobs = Vec::new();
     let mut job_records = Vec::new();
     for (i, spec) in params.jobs.iter().enumerate() {
-        let (_, ids) = model.encode_user_prompt(&spec.prompt).with_context(|| format!("jobs[{i}].prompt"))?;
-        let context = model.config.max_position_embeddings;
-        if ids.len() + spec.max_new_tokens > context {
+        let job = Job::from_spec(model, spec).with_context(|| format!("jobs[{i}].prompt"))?;
+        let (prompt_tokens, context) = (job.prompt_ids.len(), model.config.max_position_embeddings);
+        if prompt_tokens + spec.max_new_tokens > context {
             bail!(
-                "jobs[{i}].prompt: {} tokens plus max_new_tokens {} exceed the model's context of {context}; shorten the prompt or lower the cap",
-                ids.len(),
+                "jobs[{i}].prompt: {prompt_tokens} tokens plus max_new_tokens {} exceed the model's context of {context}; shorten the prompt or lower the cap",
                 spec.max_new_tokens
             );
         }
         job_records.push(JobRecord {
             id: spec.id.clone(),
             prompt: spec.prompt.clone(),
-            prompt_tokens: ids.len(),
+            prompt_tokens,
             max_new_tokens: spec.max_new_tokens,
             arrival_ms: spec.arrival_ms,
         });
-        jobs.push(Job {
-            id: spec.id.clone(),
-            prompt_ids: ids,
-            max_new_tokens: spec.max_new_tokens,
-            arrival_ms: spec.arrival_ms,
-        });
+        jobs.push(job);
     }
 
     let total = params.runs.len() * (params.warmup + params.rounds);

@@ -178,14 +178,7 @@ fn worker(
         if active.is_empty() {
             continue;
         }
-        let candidates: Vec<Candidate> = active
-            .iter()
-            .map(|a| Candidate {
-                prompt_tokens: a.session.prompt_len(),
-                prefill_remaining: a.session.prefill_remaining(),
-                generated: a.session.output().len(),
-            })
-            .collect();
+        let candidates: Vec<Candidate> = active.iter().map(|a| a.session.candidate()).collect();
         let i = Policy::Interleave.pick(&candidates, cursor);
         let a = &mut active[i];
         let t = Instant::now();
