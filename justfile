@@ -40,7 +40,10 @@ models *ARGS:
 new-experiment NAME:
     cargo run --release -q -p common --bin new-experiment -- {{NAME}}
 
-# Benchmarks: checkpoint verification vs plain reading, scheduler overhead and engine vs bare candle.
+# Benchmarks: checkpoint verification vs plain reading, engine vs stock candle and llama.cpp, scheduler overhead, serving client.
+# llama.cpp's Python binding is built from source into .venv-llama once (about 8 minutes);
+# without a compiler or registry access the comparison is skipped, the rest still runs.
 bench:
+    test -x .venv-llama/bin/python || (python3 -m venv .venv-llama && .venv-llama/bin/pip install -q llama-cpp-python==0.3.36 numpy) || (rm -rf .venv-llama; echo "llama.cpp binding unavailable: its comparison is skipped")
     cargo bench -p common --bench verify --bench engine
     cargo bench -p serving-bench --bench client

@@ -2,6 +2,10 @@
 //! `qwen2.5-0.5b` checkpoint (the real model's shapes), in one run:
 //! - decode tokens/s through `Session::step` and through `ModelForCausalLM::forward` directly,
 //!   from the same prompt, and their ratio;
+//! - a decode step's cost at context 64 against 4096;
+//! - when `just bench` could install llama.cpp's Python binding (`.venv-llama/`), llama.cpp on
+//!   the same weights exported to GGUF F32: prefill of the same prompt and decode tokens/s, each
+//!   as our figure over llama.cpp's, and whether the greedy ids agree;
 //! - the scheduler's time outside forward passes per step, as a share of a step, over the seed
 //!   workload under each seed policy.
 
@@ -15,6 +19,43 @@ use common::workspace::Workspace;
 use std::time::Instant;
 
 const DECODE: usize = 31;
+
+/// llama.cpp on the same weights, when its binding is installed; prints ratios to our figures.
+fn llama_cpp(ws: &Workspace, dir: &std::path::Path, prompt: &[u32], prefill_s: f64, decode_tps: f64, ours: &[u32]) {
+    let python = ws.root.join(".venv-llama/bin/python");
+    if !python.is_file() {
+        println!("llama.cpp: skipped (no .venv-llama; `just bench` installs llama-cpp-python there)");
+        return;
+    }
+    let gguf = ws.root.join("target/bench/qwen2.5-0.5b-f32.gguf");
+    if !gguf.is_file() {
+        std::fs::create_dir_all(gguf.parent().unwrap()).unwrap();
+        common::gguf::export(dir, &gguf, common::gguf::WeightType::F32).expect("export the GGUF");
+    }
+    let ids_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ids_file.path(), serde_json::to_vec(prompt).unwrap()).unwrap();
+    let out = std::process::Command::new(&python)
+        .arg(ws.root.join("scripts/llamacpp_bench.py"))
+        .args(["--gguf", gguf.to_str().unwrap(), "--prompt-ids", ids_file.path().to_str().unwrap()])
+        .args(["--decode", &DECODE.to_string(), "--threads", &candle_core::utils::get_num_threads().to_string()])
+        .output()
+        .expect("run the llama.cpp script");
+    let Ok(result) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+        println!("llama.cpp: failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or_default());
+        return;
+    };
+    let their_prefill = result["prefill_s"].as_f64().unwrap_or(f64::NAN);
+    let their_decode = result["decode_tps"].as_f64().unwrap_or(f64::NAN);
+    let ids: Vec<u32> = serde_json::from_value(result["ids"].clone()).unwrap_or_default();
+    let agree = ours.iter().zip(&ids).take_while(|(a, b)| a == b).count();
+    println!("llama.cpp F32 GGUF         prefill {their_prefill:.3} s, decode {their_decode:.2} tokens/s");
+    println!(
+        "ours / llama.cpp           prefill speed {:.3}x, decode speed {:.3}x; greedy ids agree on the first {agree} of {}",
+        their_prefill / prefill_s,
+        decode_tps / their_decode,
+        ours.len().min(ids.len())
+    );
+}
 
 fn main() {
     let ws = Workspace::discover().expect("run from the workspace");
@@ -54,17 +95,21 @@ fn main() {
         DECODE as f64 / t.elapsed().as_secs_f64()
     };
     // The engine: the same work through Session::step.
-    let engine = {
+    let (prefill_s, engine, our_ids) = {
         let mut s = Session::new(&model, prompt.clone(), DECODE + 1).unwrap();
+        let t = Instant::now();
         s.step(None).unwrap();
+        let prefill_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         while !s.is_finished() {
             s.step(None).unwrap();
         }
-        DECODE as f64 / t.elapsed().as_secs_f64()
+        (prefill_s, DECODE as f64 / t.elapsed().as_secs_f64(), s.output().to_vec())
     };
     println!("decode, bare candle loop   {bare:>7.2} tokens/s");
     println!("decode, engine session     {engine:>7.2} tokens/s   engine / bare = {:.3}", engine / bare);
+    println!("prefill, engine session    {prefill_s:>7.3} s for {} tokens", prompt.len());
+    llama_cpp(&ws, &resolved.dir, &prompt, prefill_s, engine, &our_ids);
 
     // A decode step's cost against the context it attends over. The cache is marked filled to the
     // context without computing it (its values do not change the work of a step).
