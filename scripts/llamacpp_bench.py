@@ -7,8 +7,16 @@ import argparse
 import json
 import time
 
+import llama_cpp
 import numpy as np
 from llama_cpp import Llama
+
+
+def greedy(llm: Llama) -> int:
+    """The argmax of the last evaluated position's logits (read from the context itself: the
+    binding's `scores` array is not filled when `logits_all` is off)."""
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
+    return int(np.argmax(logits))
 
 
 def main() -> None:
@@ -32,12 +40,12 @@ def main() -> None:
     start = time.perf_counter()
     llm.eval(ids)
     prefill_s = time.perf_counter() - start
-    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    token = greedy(llm)
     out = [token]
     start = time.perf_counter()
     for _ in range(args.decode):
         llm.eval([token])
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = greedy(llm)
         out.append(token)
     decode_s = time.perf_counter() - start
     print(json.dumps({"prefill_s": prefill_s, "decode_tps": args.decode / decode_s, "ids": out}))
