@@ -83,6 +83,7 @@ struct BenchArgs {
     /// Cap on generated tokens per request [default: the manifest's].
     #[arg(long)]
     max_tokens: Option<usize>,
+    /// Seed sent with every request, for servers that sample [default: the manifest's].
     #[arg(long)]
     seed: Option<u64>,
     /// Seconds to connect [default: the manifest's].
