@@ -50,6 +50,25 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// The legend box every chart draws, in one style.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)
+}
+
 /// One lane per request; prefill and decode steps as bars on a shared millisecond axis, with
 /// each request's first token and completion marked.
 pub struct Timeline {
@@ -115,14 +134,7 @@ impl Chart for Timeline {
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     }
 }
 
@@ -204,14 +216,7 @@ impl Chart for Grouped {
                 }))
                 .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }
 }
 
@@ -260,13 +265,6 @@ impl Chart for Percentiles {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
             chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(err)
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }
 }
