@@ -130,7 +130,10 @@ fn worker(
     struct Active {
         job: Job,
         session: Session,
-        sent_text: String,
+        /// Incremental detokenization: ids before `sent_from` are streamed and need no decoding;
+        /// `sent_from..sent_to` is the text already sent of the current window.
+        sent_from: usize,
+        sent_to: usize,
         prompt_eval: Duration,
         eval: Duration,
     }
@@ -156,7 +159,8 @@ fn worker(
                     active.push(Active {
                         job,
                         session,
-                        sent_text: String::new(),
+                        sent_from: 0,
+                        sent_to: 0,
                         prompt_eval: Duration::ZERO,
                         eval: Duration::ZERO,
                     });
@@ -200,11 +204,16 @@ fn worker(
                 }
                 if outcome.token.is_some() {
                     a.eval += took;
-                    let text = model.decode(a.session.output());
-                    // Send only whole characters: hold back a trailing partial UTF-8 sequence.
-                    if text.len() > a.sent_text.len() && text.starts_with(&a.sent_text) && !text.ends_with('\u{fffd}') {
-                        let _ = a.job.tx.send(Event::Text(text[a.sent_text.len()..].to_string()));
-                        a.sent_text = text;
+                    // Decode only the window since the last text sent (not the whole output, which
+                    // would make each step cost more than the last), and send only whole
+                    // characters: a trailing partial UTF-8 sequence waits for its next token.
+                    let ids = a.session.output();
+                    let sent = model.decode(&ids[a.sent_from..a.sent_to]);
+                    let text = model.decode(&ids[a.sent_from..]);
+                    if text.len() > sent.len() && text.starts_with(&sent) && !text.ends_with('\u{fffd}') {
+                        let _ = a.job.tx.send(Event::Text(text[sent.len()..].to_string()));
+                        a.sent_from = a.sent_to;
+                        a.sent_to = ids.len();
                     }
                 }
             }
