@@ -9,7 +9,6 @@
 use crate::load::LoadedModel;
 use crate::policy::Candidate;
 use crate::qwen::{Cache, Qwen2};
-use candle_core::Tensor;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -130,22 +129,29 @@ impl Session {
     /// Runs the next step: a prefill chunk of at most `chunk` tokens (the whole remaining prompt
     /// when `None`) while the prompt is not done, else one decode token.
     pub fn step(&mut self, chunk: Option<usize>) -> Result<StepOutcome, EngineError> {
+        Ok(step_batch(&mut [self], &[chunk])?.remove(0))
+    }
+
+    /// What the next step feeds.
+    fn plan(&self, chunk: Option<usize>) -> Plan {
         debug_assert!(!self.is_finished(), "stepping a finished session");
-        let (kind, input, position) = if self.prefilled < self.prompt.len() {
+        debug_assert_eq!(self.prefilled + self.output.len().saturating_sub(1), self.cache.len());
+        if self.prefilled < self.prompt.len() {
             let n = chunk.unwrap_or(usize::MAX).max(1).min(self.prompt.len() - self.prefilled);
-            (StepKind::Prefill, &self.prompt[self.prefilled..self.prefilled + n], self.prefilled)
+            Plan { kind: StepKind::Prefill, tokens: n, position: self.prefilled }
         } else {
-            let last = self.output.len() - 1;
-            (StepKind::Decode, &self.output[last..], self.prompt.len() + last)
-        };
-        let tokens = input.len();
-        debug_assert_eq!(position, self.cache.len());
-        let logits = self.model.forward(&mut self.cache, input)?;
-        let token = if kind == StepKind::Prefill {
-            self.prefilled += tokens;
-            (self.prefilled == self.prompt.len()).then(|| argmax(&logits)).transpose()?
-        } else {
-            Some(argmax(&logits)?)
+            Plan { kind: StepKind::Decode, tokens: 1, position: self.prompt.len() + self.output.len() - 1 }
+        }
+    }
+
+    /// Takes the step's logits (of its last position) and records what they produce.
+    fn accept(&mut self, plan: Plan, logits: &[f32]) -> StepOutcome {
+        let token = match plan.kind {
+            StepKind::Prefill => {
+                self.prefilled += plan.tokens;
+                (self.prefilled == self.prompt.len()).then(|| argmax(logits))
+            }
+            StepKind::Decode => Some(argmax(logits)),
         };
         if let Some(t) = token {
             self.output.push(t);
@@ -155,18 +161,59 @@ impl Session {
                 self.finished = Some(FinishReason::Length);
             }
         }
-        Ok(StepOutcome { kind, tokens, position, token })
+        StepOutcome { kind: plan.kind, tokens: plan.tokens, position: plan.position, token }
     }
 }
 
-/// Greedy choice: the first index of the largest logit, as torch.argmax picks it.
-fn argmax(logits: &Tensor) -> Result<u32, candle_core::Error> {
+/// One step's input, as a session plans it.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    kind: StepKind,
+    tokens: usize,
+    position: usize,
+}
+
+/// Advances every session in `sessions` by one step in a single forward: each takes a prefill
+/// chunk of at most its `chunks` entry (whole remaining prompt when `None`) or one decode token.
+/// What each session computes is what [`Session::step`] computes for it alone; only the weights
+/// are read once for all of them. The sessions must come from the same model and be unfinished.
+pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Result<Vec<StepOutcome>, EngineError> {
+    assert_eq!(sessions.len(), chunks.len(), "one chunk limit per session");
+    let Some(model) = sessions.first().map(|s| s.model.clone()) else { return Ok(Vec::new()) };
+    debug_assert!(sessions.iter().all(|s| Arc::ptr_eq(&s.model, &model)), "sessions of different models");
+    let plans: Vec<Plan> = sessions.iter().zip(chunks).map(|(s, c)| s.plan(*c)).collect();
+    let logits = {
+        let mut items: Vec<(&mut Cache, &[u32])> = sessions
+            .iter_mut()
+            .zip(&plans)
+            .map(|(s, plan)| {
+                let Session { cache, prompt, output, .. } = &mut **s;
+                let input = match plan.kind {
+                    StepKind::Prefill => &prompt[plan.position..plan.position + plan.tokens],
+                    StepKind::Decode => &output[output.len() - 1..],
+                };
+                (cache, input)
+            })
+            .collect();
+        model.forward_batch(&mut items)?
+    };
+    let vocab = logits.dim(1)?;
     let values: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+    Ok(sessions
+        .iter_mut()
+        .zip(plans)
+        .zip(values.chunks_exact(vocab))
+        .map(|((s, plan), row)| s.accept(plan, row))
+        .collect())
+}
+
+/// Greedy choice: the first index of the largest logit, as torch.argmax picks it.
+fn argmax(values: &[f32]) -> u32 {
     let mut best = 0usize;
     for (i, v) in values.iter().enumerate() {
         if *v > values[best] {
             best = i;
         }
     }
-    Ok(best as u32)
+    best as u32
 }

@@ -1,4 +1,5 @@
-//! Loading a Hugging Face Qwen2 checkpoint folder for inference with candle on the CPU, in F32.
+//! Loading a Hugging Face Qwen2 checkpoint folder for inference with candle on the CPU: F32 by
+//! default, optionally with F16 weight matrices (see [`WeightDtype`]).
 //!
 //! Everything a run needs comes from the checkpoint's own files: the architecture from
 //! config.json, the stop tokens from generation_config.json, the prompt format from the
@@ -6,7 +7,7 @@
 //! names the file, never a panic.
 
 use crate::config::{parse_config, stop_token_ids, ConfigError};
-use crate::qwen::Qwen2;
+use crate::qwen::{Qwen2, WeightDtype};
 use crate::template::{ChatTemplate, TemplateError};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
@@ -15,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokenizers::Tokenizer;
 
-/// The dtype we compute in: candle's CPU matmul has no BF16 kernel, and F32 is what the
-/// transformers reference uses, so greedy ids are comparable.
+/// The dtype the weights are read in and activations computed in: F32 is what the transformers
+/// reference uses, so greedy ids are comparable.
 pub const DTYPE: DType = DType::F32;
 
 #[derive(Debug, thiserror::Error)]
@@ -60,8 +61,14 @@ fn read(dir: &Path, name: &str) -> Result<Vec<u8>, LoadError> {
 }
 
 impl LoadedModel {
-    /// Loads the checkpoint in `dir`. Verify it against its pin first (see [`crate::resolve`]).
+    /// Loads the checkpoint in `dir` in F32. Verify it against its pin first (see
+    /// [`crate::resolve`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        Self::load_as(dir, WeightDtype::F32)
+    }
+
+    /// Loads the checkpoint in `dir` with its weight matrices stored in `dtype`.
+    pub fn load_as(dir: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
         let config_bytes = read(dir, "config.json")?;
         let config = parse_config(&config_bytes)?;
         let generation = match read(dir, "generation_config.json") {
@@ -82,7 +89,7 @@ impl LoadedModel {
         // under a running experiment would invalidate its results anyway.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DTYPE, &device) }
             .map_err(|e| LoadError::Weights(e.to_string()))?;
-        let model = Arc::new(Qwen2::load(&config, vb).map_err(|e| LoadError::Weights(e.to_string()))?);
+        let model = Arc::new(Qwen2::load(&config, vb, dtype).map_err(|e| LoadError::Weights(e.to_string()))?);
         Ok(LoadedModel { dir: dir.to_path_buf(), config, model, tokenizer, template, stop_ids, device })
     }
 

@@ -1,35 +1,122 @@
 //! A Qwen2 forward of our own over candle tensors, with a preallocated per-session KV cache that
-//! is written in place and attention that serves grouped-query heads without copying K/V.
+//! is written in place, attention that serves grouped-query heads without copying K/V, and
+//! batched steps: one forward advances several sessions, each at its own position.
 //!
 //! Why not candle-transformers' model: it concatenates the whole cache on every step and
 //! materialises the repeated K/V heads of grouped-query attention every step, so a decode step
-//! grows more expensive with the context, and each session must clone the model to own a cache.
-//! Here the weights are shared by reference and a session owns only its [`Cache`]. The
-//! projections, norms, rotary embedding and softmax use the same candle kernels as the stock
-//! model, so greedy ids stay those of transformers (tests check it).
+//! grows more expensive with the context; each session must clone the model to own a cache; and
+//! it cannot run sessions at different positions in one forward. Here the weights are shared by
+//! reference and a session owns only its [`Cache`].
+//!
+//! Numerics: projections of up to [`kernel::MAX_ROWS`] rows go through our own kernel, whose
+//! every output depends only on its own row, so a session's logits are bit-identical whether it
+//! steps alone or batched with others. Larger products (prefill chunks) use candle's matrix
+//! multiply; norms, rotary embedding and softmax are candle's, per row. Greedy ids equal those of
+//! transformers (tests check it).
 
-use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use crate::kernel;
+use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
+use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2::Config;
 
+/// What the weight matrices are stored in. Activations, accumulation, norms and the KV cache are
+/// F32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightDtype {
+    /// The checkpoint's values, exactly: results comparable with the F32 references.
+    #[default]
+    F32,
+    /// Rounded to F16 at load: half the bytes to stream per step, different numbers.
+    F16,
+}
+
+impl WeightDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDtype::F32 => "f32",
+            WeightDtype::F16 => "f16",
+        }
+    }
+
+    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+        match name {
+            "f32" => Ok(WeightDtype::F32),
+            "f16" => Ok(WeightDtype::F16),
+            _ => Err(format!("unknown weight dtype `{name}`; known: f32, f16")),
+        }
+    }
+
+    fn dtype(self) -> DType {
+        match self {
+            WeightDtype::F32 => DType::F32,
+            WeightDtype::F16 => DType::F16,
+        }
+    }
+}
+
+/// A linear layer: weight `out × in` as stored, bias kept in F32.
+struct Proj {
+    w: Tensor,
+    bias: Option<Vec<f32>>,
+    out: usize,
+}
+
+impl Proj {
+    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype) -> Result<Self> {
+        let out = w.dim(0)?;
+        let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
+        Ok(Proj { w: w.to_dtype(dtype.dtype())?.contiguous()?, bias, out })
+    }
+
+    /// `x` is `rows × in` (F32); returns `rows × out`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (rows, k) = x.dims2()?;
+        let y = if rows <= kernel::MAX_ROWS {
+            let xs = x.flatten_all()?.to_vec1::<f32>()?;
+            let (storage, layout) = self.w.storage_and_layout();
+            let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
+            match &*storage {
+                Storage::Cpu(CpuStorage::F32(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
+                Storage::Cpu(CpuStorage::F16(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
+                _ => candle_core::bail!("weights must be F32 or F16 on the CPU"),
+            }
+        } else {
+            // Candle's blocked multiply; F16 weights are widened for it (F32 accumulation either
+            // way, and widening costs far less than the product it feeds).
+            let w = if self.w.dtype() == DType::F32 { self.w.clone() } else { self.w.to_dtype(DType::F32)? };
+            let mut y = x.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+            if let Some(b) = &self.bias {
+                y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
+            }
+            y
+        };
+        Tensor::from_vec(y, (rows, self.out), x.device())
+    }
+
+    fn bytes(&self) -> usize {
+        self.w.elem_count() * self.w.dtype().size_in_bytes()
+    }
+}
+
 struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    /// Queries, keys and values in one matrix (rows in that order): one pass over the input.
+    qkv: Proj,
+    o: Proj,
+    /// Gate and up projections in one matrix (gate rows first).
+    gate_up: Proj,
+    down: Proj,
     attn_norm: Tensor,
     ffn_norm: Tensor,
 }
 
 /// The shared, read-only model.
 pub struct Qwen2 {
-    embed: candle_nn::Embedding,
+    /// Token embeddings, `vocab × hidden`, in the weight dtype.
+    embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
-    lm_head: Linear,
+    lm_head: Proj,
     cos: Tensor,
     sin: Tensor,
     eps: f32,
@@ -37,7 +124,11 @@ pub struct Qwen2 {
     kv_heads: usize,
     head_dim: usize,
     hidden: usize,
+    inter: usize,
     max_positions: usize,
+    weight_dtype: WeightDtype,
+    /// The head is the embedding matrix (one copy in memory).
+    tied: bool,
     device: Device,
 }
 
@@ -72,61 +163,56 @@ impl Cache {
     }
 }
 
-fn linear(vb: &VarBuilder, name: &str, bias: bool) -> Result<Linear> {
-    let w = vb.get_unchecked(&format!("{name}.weight"))?;
-    let b = if bias { Some(vb.get_unchecked(&format!("{name}.bias"))?) } else { None };
-    Ok(Linear::new(w, b))
-}
-
 impl Qwen2 {
-    pub fn load(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+    /// Loads the weights from `vb` (F32) and stores the matrices in `dtype`.
+    pub fn load(cfg: &Config, vb: VarBuilder, dtype: WeightDtype) -> Result<Self> {
         let head_dim = cfg.hidden_size / cfg.num_attention_heads;
+        let (h, kv, inter) = (cfg.hidden_size, cfg.num_key_value_heads * head_dim, cfg.intermediate_size);
         let m = vb.pp("model");
-        let embed = candle_nn::embedding(cfg.vocab_size, cfg.hidden_size, m.pp("embed_tokens"))?;
+        let embed = m.get((cfg.vocab_size, h), "embed_tokens.weight")?;
+        // Shapes are checked here so a wrong checkpoint fails at load, not mid-run.
+        let get = |vb: &VarBuilder, name: &str, rows: usize, cols: usize| -> Result<Tensor> {
+            let w = vb.get_unchecked(&format!("{name}.weight"))?;
+            if w.dims() != [rows, cols] {
+                candle_core::bail!("{}.{name}: shape {:?}, expected [{rows}, {cols}]", vb.prefix(), w.dims())
+            }
+            Ok(w)
+        };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let l = m.pp(format!("layers.{i}"));
-            let (h, kv, inter) = (cfg.hidden_size, cfg.num_key_value_heads * head_dim, cfg.intermediate_size);
-            // Shapes are checked here so a wrong checkpoint fails at load, not mid-run.
-            let check = |t: &Linear, rows: usize, cols: usize, name: &str| -> Result<()> {
-                if t.weight().dims() != [rows, cols] {
-                    candle_core::bail!("layer {i} {name}: shape {:?}, expected [{rows}, {cols}]", t.weight().dims())
-                }
-                Ok(())
-            };
-            let layer = Layer {
-                q: linear(&l, "self_attn.q_proj", true)?,
-                k: linear(&l, "self_attn.k_proj", true)?,
-                v: linear(&l, "self_attn.v_proj", true)?,
-                o: linear(&l, "self_attn.o_proj", false)?,
-                gate: linear(&l, "mlp.gate_proj", false)?,
-                up: linear(&l, "mlp.up_proj", false)?,
-                down: linear(&l, "mlp.down_proj", false)?,
+            let a = l.pp("self_attn");
+            let qkv =
+                Tensor::cat(&[get(&a, "q_proj", h, h)?, get(&a, "k_proj", kv, h)?, get(&a, "v_proj", kv, h)?], 0)?;
+            let qkv_bias =
+                Tensor::cat(&[a.get(h, "q_proj.bias")?, a.get(kv, "k_proj.bias")?, a.get(kv, "v_proj.bias")?], 0)?;
+            let f = l.pp("mlp");
+            let gate_up = Tensor::cat(&[get(&f, "gate_proj", inter, h)?, get(&f, "up_proj", inter, h)?], 0)?;
+            layers.push(Layer {
+                qkv: Proj::new(qkv, Some(qkv_bias), dtype)?,
+                o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype)?,
+                gate_up: Proj::new(gate_up, None, dtype)?,
+                down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype)?,
                 attn_norm: l.get(h, "input_layernorm.weight")?,
                 ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
-            };
-            check(&layer.q, h, h, "q_proj")?;
-            check(&layer.k, kv, h, "k_proj")?;
-            check(&layer.v, kv, h, "v_proj")?;
-            check(&layer.o, h, h, "o_proj")?;
-            check(&layer.gate, inter, h, "gate_proj")?;
-            check(&layer.up, inter, h, "up_proj")?;
-            check(&layer.down, h, inter, "down_proj")?;
-            layers.push(layer);
+            });
         }
-        let norm = m.get(cfg.hidden_size, "norm.weight")?;
-        let lm_head = if vb.contains_tensor("lm_head.weight") {
-            linear(&vb, "lm_head", false)?
+        let norm = m.get(h, "norm.weight")?;
+        let tied = !vb.contains_tensor("lm_head.weight");
+        let lm_head = if tied {
+            Proj::new(embed.clone(), None, dtype)?
         } else {
-            Linear::new(embed.embeddings().clone(), None)
+            Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype)?
         };
+        // Tied embeddings share the head's (possibly converted) storage.
+        let embed = if tied { lm_head.w.clone() } else { embed.to_dtype(dtype.dtype())? };
         // The rotary tables as candle-transformers computes them (same values, same ids).
         let inv_freq: Vec<f32> =
             (0..head_dim).step_by(2).map(|i| 1f32 / cfg.rope_theta.powf(i as f64 / head_dim as f64) as f32).collect();
         let device = vb.device().clone();
-        let inv_freq = Tensor::from_vec(inv_freq, (1, head_dim / 2), &device)?.to_dtype(vb.dtype())?;
+        let inv_freq = Tensor::from_vec(inv_freq, (1, head_dim / 2), &device)?;
         let t = Tensor::arange(0u32, cfg.max_position_embeddings as u32, &device)?
-            .to_dtype(vb.dtype())?
+            .to_dtype(DType::F32)?
             .reshape((cfg.max_position_embeddings, 1))?;
         let freqs = t.matmul(&inv_freq)?;
         Ok(Qwen2 {
@@ -140,10 +226,25 @@ impl Qwen2 {
             heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,
             head_dim,
-            hidden: cfg.hidden_size,
+            hidden: h,
+            inter,
             max_positions: cfg.max_position_embeddings,
+            weight_dtype: dtype,
+            tied,
             device,
         })
+    }
+
+    pub fn weight_dtype(&self) -> WeightDtype {
+        self.weight_dtype
+    }
+
+    /// Bytes of the weight matrices as held in memory (the embedding counted once when tied).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize =
+            self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        let embed = if self.tied { 0 } else { self.embed.elem_count() * self.embed.dtype().size_in_bytes() };
+        layers + self.lm_head.bytes() + embed
     }
 
     /// A cache for up to `capacity` positions, allocated once.
@@ -162,63 +263,112 @@ impl Qwen2 {
     /// Runs `ids` at positions `cache.len()..`, appends their keys and values to the cache, and
     /// returns the logits of the last position (a vector over the vocabulary).
     pub fn forward(&self, cache: &mut Cache, ids: &[u32]) -> Result<Tensor> {
-        let (pos, n) = (cache.len, ids.len());
-        if n == 0 || pos + n > cache.capacity {
-            candle_core::bail!("{n} tokens at position {pos} do not fit a cache of {} positions", cache.capacity)
+        self.forward_batch(&mut [(cache, ids)])?.get(0)
+    }
+
+    /// One forward for several sessions: each item's `ids` run at its cache's next positions and
+    /// are appended to that cache. Returns `items × vocab`: the logits of each item's last
+    /// position. Projections and the MLP see all rows at once (each weight is read once for the
+    /// whole batch); attention runs per item against its own cache.
+    pub fn forward_batch(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+        let mut positions = Vec::new();
+        for (cache, ids) in items.iter() {
+            let (pos, n) = (cache.len, ids.len());
+            if n == 0 || pos + n > cache.capacity {
+                candle_core::bail!("{n} tokens at position {pos} do not fit a cache of {} positions", cache.capacity)
+            }
+            positions.extend(pos as u32..(pos + n) as u32);
         }
-        let input = Tensor::new(ids, &self.device)?.unsqueeze(0)?;
-        let mut x = self.embed.forward(&input)?;
-        let (cos, sin) = (self.cos.narrow(0, pos, n)?, self.sin.narrow(0, pos, n)?);
-        let total = pos + n;
-        let groups = self.heads / self.kv_heads;
-        // Causal mask over the new rows: row i sees positions 0..=pos+i.
-        let mask = (n > 1)
-            .then(|| {
-                let m: Vec<f32> = (0..n)
-                    .flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-                    .collect();
-                Tensor::from_vec(m, (n, total), &self.device)
-            })
-            .transpose()?;
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let rows = positions.len();
+        let all_ids: Vec<u32> = items.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
+        let mut x =
+            self.embed.index_select(&Tensor::new(all_ids.as_slice(), &self.device)?, 0)?.to_dtype(DType::F32)?;
+        let positions = Tensor::new(positions.as_slice(), &self.device)?;
+        let (cos, sin) = (self.cos.index_select(&positions, 0)?, self.sin.index_select(&positions, 0)?);
+        let masks: Vec<Option<Tensor>> =
+            items.iter().map(|(c, ids)| self.causal_mask(c.len, ids.len())).collect::<Result<_>>()?;
+        let (q_width, kv_width) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let q = layer.q.forward(&h)?.reshape((1, n, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous()?;
-            let k =
-                layer.k.forward(&h)?.reshape((1, n, self.kv_heads, self.head_dim))?.transpose(1, 2)?.contiguous()?;
-            let v =
-                layer.v.forward(&h)?.reshape((1, n, self.kv_heads, self.head_dim))?.transpose(1, 2)?.contiguous()?;
-            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
-            cache.k[l].slice_set(&k, 2, pos)?;
-            cache.v[l].slice_set(&v, 2, pos)?;
-            let keys = cache.k[l].narrow(2, 0, total)?;
-            let values = cache.v[l].narrow(2, 0, total)?;
-            // Grouped-query attention without copying K/V: the `groups` query heads that share a
-            // KV head are stacked as rows of one matrix against that head's keys.
-            let q = q.reshape((1, self.kv_heads, groups * n, self.head_dim))?;
-            let mut scores = (q.matmul(&keys.t()?)? * scale)?;
-            if let Some(mask) = &mask {
-                scores = scores.reshape((1, self.kv_heads, groups, n, total))?.broadcast_add(mask)?.reshape((
-                    1,
-                    self.kv_heads,
-                    groups * n,
-                    total,
-                ))?;
+            let qkv = layer.qkv.forward(&h)?;
+            let heads = |from: usize, width: usize, n: usize| -> Result<Tensor> {
+                qkv.narrow(1, from, width)?.reshape((1, rows, n, self.head_dim))?.transpose(1, 2)?.contiguous()
+            };
+            let q = candle_nn::rotary_emb::rope(&heads(0, q_width, self.heads)?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope(&heads(q_width, kv_width, self.kv_heads)?, &cos, &sin)?;
+            let v = heads(q_width + kv_width, kv_width, self.kv_heads)?;
+            let mut outputs = Vec::with_capacity(items.len());
+            let mut first = 0;
+            for ((cache, ids), mask) in items.iter_mut().zip(&masks) {
+                let n = ids.len();
+                let part = |t: &Tensor| t.narrow(2, first, n)?.contiguous();
+                outputs.push(self.attend(cache, l, &part(&q)?, &part(&k)?, &part(&v)?, mask.as_ref())?);
+                first += n;
             }
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
-            let attn =
-                attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((1, n, self.hidden))?;
+            let attn = Tensor::cat(&outputs, 0)?;
             x = (x + layer.o.forward(&attn)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let gate = candle_nn::ops::silu(&layer.gate.forward(&h)?)?;
-            let mlp = layer.down.forward(&(gate * layer.up.forward(&h)?)?)?;
+            let gate_up = layer.gate_up.forward(&h)?;
+            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.inter)?)?;
+            let mlp = layer.down.forward(&(gate * gate_up.narrow(1, self.inter, self.inter)?)?)?;
             x = (x + mlp)?;
         }
-        cache.len = total;
-        let last = x.narrow(1, n - 1, 1)?;
-        let last = candle_nn::ops::rms_norm(&last, &self.norm, self.eps)?;
-        self.lm_head.forward(&last)?.flatten_all()
+        let mut last = Vec::with_capacity(items.len());
+        let mut end = 0;
+        for (cache, ids) in items.iter_mut() {
+            cache.len += ids.len();
+            end += ids.len();
+            last.push(x.narrow(0, end - 1, 1)?);
+        }
+        let last = candle_nn::ops::rms_norm(&Tensor::cat(&last, 0)?, &self.norm, self.eps)?;
+        self.lm_head.forward(&last)
+    }
+
+    /// The causal mask of `n` new rows at `pos`: row i sees positions 0..=pos+i. None for a
+    /// single row, which sees everything in the cache.
+    fn causal_mask(&self, pos: usize, n: usize) -> Result<Option<Tensor>> {
+        if n == 1 {
+            return Ok(None);
+        }
+        let total = pos + n;
+        let m: Vec<f32> =
+            (0..n).flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        Tensor::from_vec(m, (n, total), &self.device).map(Some)
+    }
+
+    /// One item's attention in layer `l`: writes its keys and values (`1 × kv_heads × n × d`,
+    /// rotated) into the cache at its position and returns `n × hidden`.
+    fn attend(
+        &self,
+        cache: &mut Cache,
+        l: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let (pos, n) = (cache.len, q.dim(2)?);
+        let total = pos + n;
+        let groups = self.heads / self.kv_heads;
+        cache.k[l].slice_set(k, 2, pos)?;
+        cache.v[l].slice_set(v, 2, pos)?;
+        let keys = cache.k[l].narrow(2, 0, total)?;
+        let values = cache.v[l].narrow(2, 0, total)?;
+        // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
+        // head are stacked as rows of one matrix against that head's keys.
+        let q = q.reshape((1, self.kv_heads, groups * n, self.head_dim))?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut scores = (q.matmul(&keys.t()?)? * scale)?;
+        if let Some(mask) = mask {
+            scores = scores.reshape((1, self.kv_heads, groups, n, total))?.broadcast_add(mask)?.reshape((
+                1,
+                self.kv_heads,
+                groups * n,
+                total,
+            ))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
+        attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((n, self.hidden))
     }
 }

@@ -1,0 +1,344 @@
+//! Our own product of a few activation rows with a weight matrix, for decode steps and small
+//! batches, where candle's general matrix multiply leaves most of the memory bandwidth unused.
+//!
+//! A decode step reads every weight once to multiply it with one row (or a handful of rows when
+//! sessions are batched): the work is memory-bound, so the kernel streams each weight row once,
+//! splits the output rows across the rayon pool, and reuses the weight row (hot in L1) for every
+//! activation row.
+//!
+//! Determinism is the contract: the value of `y[r][j]` depends only on weight row `j` and
+//! activation row `r`, never on how many rows are in the batch or which block `j` falls in. Every
+//! output is one fixed-order dot product (eight lanes, fused multiply-add, one fixed horizontal
+//! sum, then the scalar tail). So a session decoded alone or batched with others computes
+//! bit-identical logits, and batching cannot change greedy ids.
+
+use half::f16;
+use rayon::prelude::*;
+
+/// Rows up to this many go through [`linear`]; larger products (prefill chunks) use candle's
+/// blocked matrix multiply, which reuses each weight across many rows and wins there.
+pub const MAX_ROWS: usize = 8;
+
+/// Weight rows per parallel task: small enough to balance two to sixteen threads over the
+/// 896-row projections, large enough that scheduling costs little.
+const BLOCK: usize = 32;
+
+/// Element types a weight matrix may be stored in. Accumulation is always F32.
+pub trait Weight: Copy + Send + Sync + 'static {
+    fn to_f32(self) -> f32;
+    /// [`block`] through the SIMD path; false when the CPU lacks its instructions (the portable
+    /// path then runs).
+    fn block_simd(w: &[Self], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
+}
+
+impl Weight for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn block_simd(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if simd::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above); `linear` checked the shapes.
+            unsafe { simd::block_f32(w, k, x, rows, yt) };
+            return true;
+        }
+        let _ = (w, k, x, rows, yt);
+        false
+    }
+}
+
+impl Weight for f16 {
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn block_simd(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if simd::available() && std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: AVX2, FMA and F16C are present; `linear` checked the shapes.
+            unsafe { simd::block_f16(w, k, x, rows, yt) };
+            return true;
+        }
+        let _ = (w, k, x, rows, yt);
+        false
+    }
+}
+
+/// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight as stored),
+/// `y` is `rows × out`, all row-major.
+pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, k: usize) -> Vec<f32> {
+    assert!(k > 0 && w.len().is_multiple_of(k) && x.len() == rows * k, "linear: shapes do not agree");
+    let out = w.len() / k;
+    // Computed transposed (`out × rows`) so every task owns one contiguous piece of the output.
+    let mut yt = vec![0f32; out * rows];
+    yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
+        let w = &w[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k];
+        if !W::block_simd(w, k, x, rows, yt) {
+            block(w, k, x, rows, yt);
+        }
+    });
+    let mut y = vec![0f32; rows * out];
+    for j in 0..out {
+        let b = bias.map_or(0.0, |b| b[j]);
+        for r in 0..rows {
+            // Added after the product, as candle's Linear adds its bias.
+            y[r * out + j] = yt[j * rows + r] + b;
+        }
+    }
+    y
+}
+
+/// One task's share: `yt[j][r] = w[j] · x[r]` for its weight rows `w` (`yt.len() / rows` of
+/// them), walked in memory order: one sequential stream the prefetcher follows.
+fn block<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+    for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+        for (y, x) in yt.iter_mut().zip(x.chunks_exact(k)) {
+            *y = portable_dot(wj, x);
+        }
+    }
+}
+
+/// The SIMD path's order of operations for one row (four accumulators of eight lanes over
+/// blocks of 32, whole blocks of 8 left over into the first, a fixed reduction, then the scalar
+/// tail) without fused multiply-add: the fallback for CPUs without AVX2/FMA.
+fn portable_dot<W: Weight>(w: &[W], x: &[f32]) -> f32 {
+    let mut acc = [[0f32; 8]; 4];
+    let (blocks, eights) = (w.len() / 32 * 32, w.len() / 8 * 8);
+    for (wc, xc) in w[..blocks].chunks_exact(32).zip(x[..blocks].chunks_exact(32)) {
+        for (a, (w8, x8)) in acc.iter_mut().zip(wc.chunks_exact(8).zip(xc.chunks_exact(8))) {
+            for l in 0..8 {
+                a[l] += w8[l].to_f32() * x8[l];
+            }
+        }
+    }
+    for (w8, x8) in w[blocks..eights].chunks_exact(8).zip(x[blocks..eights].chunks_exact(8)) {
+        for l in 0..8 {
+            acc[0][l] += w8[l].to_f32() * x8[l];
+        }
+    }
+    let mut sum = reduce(acc);
+    for (a, b) in w[eights..].iter().zip(&x[eights..]) {
+        sum += a.to_f32() * b;
+    }
+    sum
+}
+
+/// The reduction both paths use: lane-wise (a0 + a1) + (a2 + a3), then lanes (0+4, 1+5, 2+6,
+/// 3+7), then pairs, then the last two.
+fn reduce(acc: [[f32; 8]; 4]) -> f32 {
+    let l: [f32; 8] = std::array::from_fn(|i| (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]));
+    let q = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    let p = [q[0] + q[2], q[1] + q[3]];
+    p[0] + p[1]
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::reduce;
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    pub fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+
+    /// AVX-512VL adds sixteen more vector registers, enough to hold four rows' accumulators
+    /// without spilling. The instructions and their results are the same.
+    fn wide_registers() -> bool {
+        std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    fn lanes(v: __m256) -> [f32; 8] {
+        // SAFETY: __m256 and [f32; 8] have the same size and any bit pattern is valid.
+        unsafe { std::mem::transmute::<__m256, [f32; 8]>(v) }
+    }
+
+    /// One weight row against `R` activation rows: each eight weights are loaded (and widened by
+    /// `load`) once and feed `R` rows' FMAs; four accumulators per row keep independent FMA
+    /// chains in flight even for one row. Per row, the order of operations is the same whatever
+    /// `R` is.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // indices name the lanes and rows, as in the prose
+    unsafe fn dots_with<const R: usize>(
+        len: usize,
+        xs: [&[f32]; R],
+        load: impl Fn(usize) -> __m256,
+        tail: impl Fn(usize) -> f32,
+    ) -> [f32; R] {
+        let (blocks, eights) = (len / 32 * 32, len / 8 * 8);
+        let xp = xs.map(|x| x.as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let mut i = 0;
+        while i < blocks {
+            for a in 0..4 {
+                let w = load(i + 8 * a);
+                for r in 0..R {
+                    acc[r][a] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[r].add(i + 8 * a)), acc[r][a]);
+                }
+            }
+            i += 32;
+        }
+        while i < eights {
+            let w = load(i);
+            for r in 0..R {
+                acc[r][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[r].add(i)), acc[r][0]);
+            }
+            i += 8;
+        }
+        std::array::from_fn(|r| {
+            let mut s = reduce(acc[r].map(lanes));
+            for i in eights..len {
+                s += tail(i) * xs[r][i];
+            }
+            s
+        })
+    }
+
+    /// [`super::block`] with each weight row loaded once per group of up to four activation
+    /// rows.
+    #[inline(always)]
+    unsafe fn block_with<W: Copy>(
+        w: &[W],
+        k: usize,
+        x: &[f32],
+        rows: usize,
+        yt: &mut [f32],
+        load: impl Fn(*const W, usize) -> __m256 + Copy,
+        tail: impl Fn(W) -> f32 + Copy,
+    ) {
+        let x = |r: usize| &x[r * k..(r + 1) * k];
+        for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+            let p = wj.as_ptr();
+            let (load, tail) = (|i| load(p, i), |i| tail(wj[i]));
+            let mut r = 0;
+            while r + 4 <= rows {
+                yt[r..r + 4].copy_from_slice(&dots_with(k, [x(r), x(r + 1), x(r + 2), x(r + 3)], load, tail));
+                r += 4;
+            }
+            match rows - r {
+                3 => yt[r..].copy_from_slice(&dots_with(k, [x(r), x(r + 1), x(r + 2)], load, tail)),
+                2 => yt[r..].copy_from_slice(&dots_with(k, [x(r), x(r + 1)], load, tail)),
+                1 => yt[r..].copy_from_slice(&dots_with(k, [x(r)], load, tail)),
+                _ => {}
+            }
+        }
+    }
+
+    fn load_f32(p: *const f32, i: usize) -> __m256 {
+        // SAFETY: only called inside the AVX2 functions below, within the row.
+        unsafe { _mm256_loadu_ps(p.add(i)) }
+    }
+
+    fn load_f16(p: *const f16, i: usize) -> __m256 {
+        // SAFETY: only called inside the F16C functions below, within the row.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(i) as *const __m128i)) }
+    }
+
+    pub unsafe fn block_f32(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn narrow(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_f32, |v| v)
+        }
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+        unsafe fn wide(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_f32, |v| v)
+        }
+        if wide_registers() {
+            wide(w, k, x, rows, yt)
+        } else {
+            narrow(w, k, x, rows, yt)
+        }
+    }
+
+    /// F16 weights widened to F32 on load (F16C): half the bytes to stream.
+    pub unsafe fn block_f16(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn narrow(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_f16, f16::to_f32)
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+        unsafe fn wide(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_f16, f16::to_f32)
+        }
+        if wide_registers() {
+            wide(w, k, x, rows, yt)
+        } else {
+            narrow(w, k, x, rows, yt)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        // A small deterministic generator; values in [-1, 1).
+        let mut s = seed.wrapping_mul(2654435761).max(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_a_plain_f64_product_within_rounding() {
+        // Heights and widths that exercise the four-row blocks, the single-row tail, a partial
+        // parallel block and the scalar tail of a row.
+        for (out, k, rows) in [(7, 13, 1), (37, 24, 3), (70, 67, 5), (130, 896, 2)] {
+            let (w, x, b) = (data(out * k, 1), data(rows * k, 2), data(out, 3));
+            let y = linear(&w, Some(&b), &x, rows, k);
+            for r in 0..rows {
+                for j in 0..out {
+                    let exact: f64 =
+                        (0..k).map(|i| w[j * k + i] as f64 * x[r * k + i] as f64).sum::<f64>() + b[j] as f64;
+                    let got = y[r * out + j] as f64;
+                    assert!((got - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{r}][{j}] = {got}, exact {exact}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_computes_the_same_bits_alone_or_in_any_batch() {
+        let (out, k) = (69, 136);
+        let w = data(out * k, 4);
+        let x = data(MAX_ROWS * k, 5);
+        let batch = linear(&w, None, &x, MAX_ROWS, k);
+        for r in [0, 3, MAX_ROWS - 1] {
+            let alone = linear(&w, None, &x[r * k..(r + 1) * k], 1, k);
+            assert_eq!(alone, batch[r * out..(r + 1) * out], "row {r}");
+        }
+    }
+
+    #[test]
+    fn the_portable_path_agrees_with_the_simd_path_within_rounding() {
+        let (out, k, rows) = (9, 75, 3);
+        let (w, x) = (data(out * k, 8), data(rows * k, 9));
+        let fast = linear(&w, None, &x, rows, k);
+        let mut yt = vec![0f32; out * rows];
+        block(&w, k, &x, rows, &mut yt);
+        for j in 0..out {
+            for r in 0..rows {
+                let (a, b) = (fast[r * out + j], yt[j * rows + r]);
+                assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "y[{r}][{j}]: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_weights_accumulate_in_f32() {
+        let (out, k) = (9, 64);
+        let w = data(out * k, 6);
+        let w16: Vec<f16> = w.iter().map(|v| f16::from_f32(*v)).collect();
+        let x = data(k, 7);
+        let y = linear(&w16, None, &x, 1, k);
+        for j in 0..out {
+            let exact: f64 = (0..k).map(|i| w16[j * k + i].to_f64() * x[i] as f64).sum();
+            assert!((y[j] as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{j}] = {}, exact {exact}", y[j]);
+        }
+    }
+}
