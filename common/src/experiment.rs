@@ -6,6 +6,7 @@ use crate::artifact::{self, ArtifactError};
 use crate::load::{LoadError, LoadedModel};
 use crate::manifest::{manifest_name, manifest_sha256, read_experiment_manifest, ExperimentManifest, ManifestError};
 use crate::provenance::{self, BuildFacts, ManifestRecord, Provenance, RunClock, RunFacts};
+use crate::qwen::WeightDtype;
 use crate::resolve::{resolve, resolve_unpinned, ResolveError, ResolveOptions, ResolvedModel};
 use crate::workspace::{Workspace, WorkspaceError};
 use serde::de::DeserializeOwned;
@@ -28,6 +29,12 @@ pub struct ModelArgs {
     /// Never download a model (also `HF_HUB_OFFLINE=1`).
     #[arg(long)]
     pub offline: bool,
+    /// What to hold the weight matrices in: f32 (the checkpoint exactly, comparable with the
+    /// F32 references), or f16 / bf16 (half the bytes per step; F32 activations and
+    /// accumulation; bf16 holds BF16-stored checkpoints exactly). Reduced-precision artifacts go
+    /// to a separate `<manifest>-<dtype>` folder and record where their ids leave the F32 ones.
+    #[arg(long, default_value = "f32", value_parser = WeightDtype::parse)]
+    pub dtype: WeightDtype,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +118,7 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
         }
     };
     tracing::info!(dir = %ws.display_path(&resolved.dir), "loading model");
-    let model = LoadedModel::load(&resolved.dir)
+    let model = LoadedModel::load_as(&resolved.dir, args.dtype)
         .map_err(|cause| PrepareError::Load { dir: ws.display_path(&resolved.dir), cause })?;
     Ok(Prepared { experiment, ws, clock, manifest, resolved, model })
 }
@@ -133,17 +140,23 @@ impl<P, E> Prepared<P, E> {
                 requested,
                 effective,
                 model: Some(&self.resolved),
+                weights: self.model.model.weight_dtype(),
                 manifest: self.manifest.as_ref().map(|m| m.record.clone()),
             },
         )
     }
 
     /// Where the artifact goes: `--out`, or `artifacts/<experiment>/<manifest>/<run_id>.json`
-    /// (`unpinned` in place of the manifest for `--model-dir` runs).
+    /// (`unpinned` in place of the manifest for `--model-dir` runs; `<manifest>-f16` with F16
+    /// weights, so reduced-precision results never sit among the F32 ones).
     pub fn artifact_path(&self, out: Option<&PathBuf>) -> PathBuf {
         out.cloned().unwrap_or_else(|| {
-            let manifest = self.manifest.as_ref().map(|m| m.name.as_str()).unwrap_or("unpinned");
-            artifact::default_path(&self.ws.artifacts_dir(), self.experiment, manifest, &self.clock.run_id)
+            let mut folder = self.manifest.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "unpinned".into());
+            let weights = self.model.model.weight_dtype();
+            if weights != WeightDtype::F32 {
+                folder = format!("{folder}-{}", weights.name());
+            }
+            artifact::default_path(&self.ws.artifacts_dir(), self.experiment, &folder, &self.clock.run_id)
         })
     }
 

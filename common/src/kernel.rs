@@ -12,7 +12,7 @@
 //! sum, then the scalar tail). So a session decoded alone or batched with others computes
 //! bit-identical logits, and batching cannot change greedy ids.
 
-use half::f16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 /// Rows up to this many go through [`linear`]; larger products (prefill chunks) use candle's
@@ -56,6 +56,22 @@ impl Weight for f16 {
         if simd::available() && std::arch::is_x86_feature_detected!("f16c") {
             // SAFETY: AVX2, FMA and F16C are present; `linear` checked the shapes.
             unsafe { simd::block_f16(w, k, x, rows, yt) };
+            return true;
+        }
+        let _ = (w, k, x, rows, yt);
+        false
+    }
+}
+
+impl Weight for bf16 {
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn block_simd(w: &[bf16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if simd::available() {
+            // SAFETY: AVX2 and FMA are present; `linear` checked the shapes.
+            unsafe { simd::block_bf16(w, k, x, rows, yt) };
             return true;
         }
         let _ = (w, k, x, rows, yt);
@@ -134,7 +150,7 @@ fn reduce(acc: [[f32; 8]; 4]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::reduce;
-    use half::f16;
+    use half::{bf16, f16};
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
@@ -233,6 +249,15 @@ mod simd {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(i) as *const __m128i)) }
     }
 
+    fn load_bf16(p: *const bf16, i: usize) -> __m256 {
+        // SAFETY: only called inside the AVX2 functions below, within the row. A BF16 value is
+        // the high half of the F32 with the same bits.
+        unsafe {
+            let halves = _mm256_cvtepu16_epi32(_mm_loadu_si128((p as *const u16).add(i) as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(halves))
+        }
+    }
+
     pub unsafe fn block_f32(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn narrow(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
@@ -258,6 +283,23 @@ mod simd {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
         unsafe fn wide(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
             block_with(w, k, x, rows, yt, load_f16, f16::to_f32)
+        }
+        if wide_registers() {
+            wide(w, k, x, rows, yt)
+        } else {
+            narrow(w, k, x, rows, yt)
+        }
+    }
+
+    /// BF16 weights widened to F32 on load (a shift): half the bytes to stream.
+    pub unsafe fn block_bf16(w: &[bf16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn narrow(w: &[bf16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_bf16, bf16::to_f32)
+        }
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+        unsafe fn wide(w: &[bf16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            block_with(w, k, x, rows, yt, load_bf16, bf16::to_f32)
         }
         if wide_registers() {
             wide(w, k, x, rows, yt)

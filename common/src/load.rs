@@ -1,5 +1,5 @@
 //! Loading a Hugging Face Qwen2 checkpoint folder for inference with candle on the CPU: F32 by
-//! default, optionally with F16 weight matrices (see [`WeightDtype`]).
+//! default, optionally with half-precision weight matrices (see [`WeightDtype`]).
 //!
 //! Everything a run needs comes from the checkpoint's own files: the architecture from
 //! config.json, the stop tokens from generation_config.json, the prompt format from the

@@ -101,6 +101,10 @@ pub struct ModelRecord {
     pub origin: Origin,
     /// The files as verified (pinned) or as found (unpinned).
     pub files: Vec<PinnedFile>,
+    /// What the weight matrices were held in for the run: `f32` is the checkpoint exactly;
+    /// results of any other dtype are not comparable with F32 references.
+    #[serde(default)]
+    pub weights: crate::qwen::WeightDtype,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -188,7 +192,7 @@ pub fn now_utc() -> String {
 }
 
 /// The model part of the record.
-pub fn model_record(model: &ResolvedModel) -> ModelRecord {
+pub fn model_record(model: &ResolvedModel, weights: crate::qwen::WeightDtype) -> ModelRecord {
     ModelRecord {
         name: model.pin.as_ref().map(|p| p.name.clone()),
         repo: model.pin.as_ref().map(|p| p.repo.clone()),
@@ -196,6 +200,7 @@ pub fn model_record(model: &ResolvedModel) -> ModelRecord {
         pinned: model.pin.is_some(),
         origin: model.origin,
         files: model.files.clone(),
+        weights,
     }
 }
 
@@ -239,6 +244,8 @@ pub struct RunFacts<'a> {
     pub requested: Value,
     pub effective: Value,
     pub model: Option<&'a ResolvedModel>,
+    /// The dtype the model's weights were held in.
+    pub weights: crate::qwen::WeightDtype,
     pub manifest: Option<ManifestRecord>,
 }
 
@@ -259,7 +266,7 @@ pub fn collect(ws: &Workspace, run: RunFacts<'_>) -> Provenance {
         build: run.facts.build(),
         host: host(),
         threads: candle_core::utils::get_num_threads(),
-        model: run.model.map(model_record),
+        model: run.model.map(|m| model_record(m, run.weights)),
         manifest: run.manifest,
     }
 }

@@ -27,8 +27,12 @@ pub enum WeightDtype {
     /// The checkpoint's values, exactly: results comparable with the F32 references.
     #[default]
     F32,
-    /// Rounded to F16 at load: half the bytes to stream per step, different numbers.
+    /// Rounded to F16 at load: half the bytes to stream per step. Exact for BF16-stored values
+    /// within F16's normal range (6.1e-5 to 65504); others lose bits, vanish or overflow.
     F16,
+    /// Rounded to BF16 at load: half the bytes to stream per step, and exact for checkpoints
+    /// stored in BF16 (as Qwen2.5's are), whose values it holds bit for bit.
+    Bf16,
 }
 
 impl WeightDtype {
@@ -36,6 +40,7 @@ impl WeightDtype {
         match self {
             WeightDtype::F32 => "f32",
             WeightDtype::F16 => "f16",
+            WeightDtype::Bf16 => "bf16",
         }
     }
 
@@ -43,7 +48,8 @@ impl WeightDtype {
         match name {
             "f32" => Ok(WeightDtype::F32),
             "f16" => Ok(WeightDtype::F16),
-            _ => Err(format!("unknown weight dtype `{name}`; known: f32, f16")),
+            "bf16" => Ok(WeightDtype::Bf16),
+            _ => Err(format!("unknown weight dtype `{name}`; known: f32, f16, bf16")),
         }
     }
 
@@ -51,6 +57,7 @@ impl WeightDtype {
         match self {
             WeightDtype::F32 => DType::F32,
             WeightDtype::F16 => DType::F16,
+            WeightDtype::Bf16 => DType::BF16,
         }
     }
 }
@@ -79,10 +86,11 @@ impl Proj {
             match &*storage {
                 Storage::Cpu(CpuStorage::F32(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
                 Storage::Cpu(CpuStorage::F16(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
-                _ => candle_core::bail!("weights must be F32 or F16 on the CPU"),
+                Storage::Cpu(CpuStorage::BF16(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
+                _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
             }
         } else {
-            // Candle's blocked multiply; F16 weights are widened for it (F32 accumulation either
+            // Candle's blocked multiply; half-precision weights are widened for it (F32 accumulation either
             // way, and widening costs far less than the product it feeds).
             let w = if self.w.dtype() == DType::F32 { self.w.clone() } else { self.w.to_dtype(DType::F32)? };
             let mut y = x.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()?;

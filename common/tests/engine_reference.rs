@@ -85,7 +85,7 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
             }
         }
     }
-    assert_eq!(checked, 24);
+    assert_eq!(checked, 36);
 }
 
 #[test]

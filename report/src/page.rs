@@ -79,6 +79,25 @@ fn scheduler_section(a: &Artifact, dir: &Path) -> Result<String, String> {
         }
     }
     md.push('\n');
+    if let Some(rows) = a.value.get("throughput").and_then(Value::as_array) {
+        let _ = writeln!(
+            md,
+            "| run | max active | rounds | elapsed ms (median) | output tokens/s (median) |\n|---|---|---|---|---|"
+        );
+        for row in rows {
+            let p50 = |k: &str| num(row.pointer(&format!("/{k}/p50")).and_then(Value::as_f64), 1);
+            let n = row.pointer("/output_tokens_per_s/n").and_then(Value::as_u64).unwrap_or(0);
+            let max_active = row.get("max_active").and_then(Value::as_u64).unwrap_or(0);
+            let _ = writeln!(
+                md,
+                "| {} | {max_active} | {n} | {} | {} |",
+                crate::view::config_label(row),
+                p50("elapsed_ms"),
+                p50("output_tokens_per_s")
+            );
+        }
+        md.push('\n');
+    }
     for (file, title, metric) in metrics {
         let (_, _, values) = by_config(&runs, metric);
         let chart = Grouped {

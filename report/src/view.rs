@@ -68,8 +68,10 @@ fn f(v: &Value, k: &str) -> f64 {
 
 pub fn config_label(run: &Value) -> String {
     let policy = run.get("policy").and_then(Value::as_str).unwrap_or("?");
+    // For the batched policy the chunk size is the step's token budget.
+    let chunk = if policy == "batched" { "budget" } else { "chunk" };
     match run.get("chunk_size").and_then(Value::as_u64) {
-        Some(c) => format!("{policy} chunk {c}"),
+        Some(c) => format!("{policy} {chunk} {c}"),
         None => policy.to_string(),
     }
 }

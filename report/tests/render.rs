@@ -3,7 +3,7 @@
 
 use common::load::LoadedModel;
 use common::policy::Policy;
-use common::scheduler::study::{Parameters, RequestRecord, RunRecord};
+use common::scheduler::study::{output_tokens_per_s, summarize_throughput, Parameters, RequestRecord, RunRecord};
 use common::scheduler::{self, request_metrics, Job, RunConfig};
 use report::{charts, page, view};
 use std::path::{Path, PathBuf};
@@ -25,9 +25,10 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
         for config in [
             RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 },
             RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 },
+            RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 3 },
         ] {
             let out = scheduler::run(&model, &jobs, config).unwrap();
-            let requests = request_metrics(&out.timeline)
+            let requests: Vec<RequestRecord> = request_metrics(&out.timeline)
                 .into_iter()
                 .map(|m| RequestRecord {
                     text: model.decode(&m.output_ids),
@@ -49,13 +50,15 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                 round,
                 elapsed_ms: out.elapsed_ms,
                 scheduler_overhead_ms: out.overhead_ms,
+                output_tokens_per_s: output_tokens_per_s(&requests, out.elapsed_ms),
                 peak_rss_bytes: out.peak_rss_bytes,
                 requests,
                 timeline: out.timeline,
             });
         }
     }
-    let value = serde_json::json!({"model_id": "generated/tiny", "arrival_policy": "all at once", "runs": runs, "provenance": {"experiment": "scheduler"}});
+    let throughput = summarize_throughput(&runs);
+    let value = serde_json::json!({"model_id": "generated/tiny", "arrival_policy": "all at once", "runs": runs, "throughput": throughput, "provenance": {"experiment": "scheduler"}});
     let path = dir.join("fresh-tiny.json");
     std::fs::write(&path, value.to_string()).unwrap();
     path
@@ -88,14 +91,16 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
             let stem = out.join(name).join(format!("compare-{metric}"));
             assert_eq!(png_size(&stem.with_extension("png")), (1000, 460));
             let svg = std::fs::read_to_string(stem.with_extension("svg")).unwrap();
-            for id in ["interactive-a", "interactive-b", "long-document", "fifo", "interleave chunk 64"] {
+            let batched = (name == "fresh-tiny").then_some("batched budget 64");
+            let ids = ["interactive-a", "interactive-b", "long-document", "fifo", "interleave chunk 64"];
+            for id in ids.into_iter().chain(batched) {
                 assert!(svg.contains(id), "{name} {metric}: no `{id}`");
             }
         }
     }
     // Timelines exist only where steps were recorded: the fresh run, not the seed.
     assert!(!out.join("000_56313d9d03231830/timeline-00.svg").exists());
-    for i in 0..4 {
+    for i in 0..6 {
         let stem = out.join(format!("fresh-tiny/timeline-{i:02}"));
         let (w, h) = png_size(&stem.with_extension("png"));
         assert_eq!((w, h), (1000, 140 + 60 * 3));
@@ -121,6 +126,10 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
     assert!(md.contains("| fifo | interactive-a | 1 | 524.6 | 716.5 | 28.1 |"), "the seed's numbers in the table");
     assert!(md.contains("![time to first token](fresh-tiny/compare-ttft.svg)"));
     assert!(md.contains("No per-step timeline"));
+    // The throughput table: every configuration of the fresh run, with two rounds each.
+    for config in ["fifo", "interleave chunk 64", "batched budget 64"] {
+        assert!(md.lines().any(|l| l.starts_with(&format!("| {config} | ")) && l.contains(" | 2 | ")), "{config}");
+    }
 }
 
 #[test]

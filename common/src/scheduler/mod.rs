@@ -1,11 +1,12 @@
-//! The serial scheduler: admits jobs as they arrive (up to `max_active` at once), lets the
-//! policy pick which admitted job takes the next step, runs that step on the job's own session,
-//! and records every step on one timeline.
+//! The scheduler: admits jobs as they arrive (up to `max_active` at once), lets the policy plan
+//! the next step (one job for the serial policies, every admitted job for `batched`), runs it as
+//! one forward over the jobs' own sessions, and records every job's part of every step on one
+//! timeline.
 //!
 //! Per-request numbers are *derived* from the timeline by [`request_metrics`], never measured on
 //! the side, so the audit can recompute them exactly from the artifact.
 
-use crate::engine::{EngineError, FinishReason, Session, StepKind};
+use crate::engine::{step_batch, EngineError, FinishReason, Session, StepKind};
 use crate::load::LoadedModel;
 use crate::policy::{Candidate, Policy};
 use schemars::JsonSchema;
@@ -38,13 +39,15 @@ impl Job {
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     pub policy: Policy,
-    /// Largest prefill chunk in tokens; `None`: the whole prompt in one step.
+    /// Largest prefill chunk in tokens (for `batched`: the step's token budget, decodes
+    /// included); `None`: whole prompts in one step.
     pub chunk_size: Option<usize>,
     pub max_active: usize,
 }
 
-/// One step on the timeline. Times are milliseconds from the scheduler's start, to the
-/// microsecond.
+/// One job's part of one step on the timeline. Times are milliseconds from the scheduler's
+/// start, to the microsecond. A batched step appears once per job in it, all with the same
+/// times.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TimelineStep {
@@ -58,6 +61,13 @@ pub struct TimelineStep {
     pub end_ms: f64,
     /// The token this step produced, if any.
     pub token: Option<u32>,
+    /// Jobs in the forward this step ran in (1 for the serial policies).
+    #[serde(default = "one")]
+    pub batch: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Per-request results, all derived from the timeline.
@@ -180,31 +190,46 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
             }
         }
         let candidates: Vec<Candidate> = active.iter().map(|a| a.session.candidate()).collect();
-        let i = config.policy.pick(&candidates, cursor);
+        let plan = config.policy.plan(&candidates, cursor, config.chunk_size);
+        debug_assert!(plan.windows(2).all(|w| w[0].0 < w[1].0), "a plan lists jobs in admission order");
+        let chunks: Vec<Option<usize>> = plan.iter().map(|p| p.1).collect();
+        let mut sessions: Vec<&mut Session> = active
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| plan.iter().any(|p| p.0 == *i))
+            .map(|(_, a)| &mut a.session)
+            .collect();
         let t0 = Instant::now();
-        let outcome = active[i].session.step(config.chunk_size)?;
+        let outcomes = step_batch(&mut sessions, &chunks)?;
         let t1 = Instant::now();
         in_forward += t1 - t0;
-        timeline.push(TimelineStep {
-            job: active[i].job.id.clone(),
-            kind: outcome.kind,
-            tokens: outcome.tokens,
-            position: outcome.position,
-            start_ms: since(start, t0),
-            end_ms: since(start, t1),
-            token: outcome.token,
-        });
-        if let Some(reason) = active[i].session.finish_reason() {
-            finish.push(Finished {
+        let (start_ms, end_ms) = (since(start, t0), since(start, t1));
+        for (&(i, _), outcome) in plan.iter().zip(&outcomes) {
+            timeline.push(TimelineStep {
                 job: active[i].job.id.clone(),
-                reason,
-                kv_cache_bytes: active[i].session.kv_cache_bytes(),
+                kind: outcome.kind,
+                tokens: outcome.tokens,
+                position: outcome.position,
+                start_ms,
+                end_ms,
+                token: outcome.token,
+                batch: plan.len(),
             });
-            active.remove(i);
-            cursor = i; // the next one slid into this slot
-        } else {
-            cursor = i + 1;
         }
+        // Finished jobs leave; the round-robin cursor moves past the last stepped job, less the
+        // slots freed at or before it.
+        let done: Vec<usize> = plan.iter().map(|p| p.0).filter(|&i| active[i].session.is_finished()).collect();
+        for &i in &done {
+            let a = &active[i];
+            let reason = a.session.finish_reason().expect("filtered on finished");
+            finish.push(Finished { job: a.job.id.clone(), reason, kv_cache_bytes: a.session.kv_cache_bytes() });
+        }
+        for &i in done.iter().rev() {
+            active.remove(i);
+        }
+        let last = plan.last().map(|p| p.0).unwrap_or(0);
+        let removed_before = done.len();
+        cursor = last + 1 - removed_before;
     }
     let total = start.elapsed();
     let elapsed_ms = timeline.last().map(|s| s.end_ms).unwrap_or(0.0);
@@ -230,6 +255,7 @@ mod tests {
             start_ms: end - 1.0,
             end_ms: end,
             token,
+            batch: 1,
         }
     }
 

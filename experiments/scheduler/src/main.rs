@@ -1,28 +1,31 @@
-//! `scheduler`: reproduce the seed 000 study. Three jobs, serial forwards over per-request KV
-//! caches, under each policy; every step timed on one timeline; per-request TTFT, completion
-//! and largest token gap derived from it.
+//! `scheduler`: reproduce the seed 000 study, and set continuous batching beside it. Jobs over
+//! per-request KV caches under each policy (serial forwards for fifo and interleave, one forward
+//! for every admitted job for batched); every step timed on one timeline; per-request TTFT,
+//! completion and largest token gap derived from it, and each run's aggregate throughput.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::experiment::{prepare, ModelArgs};
 use common::policy::Policy;
+use common::qwen::WeightDtype;
 use common::scheduler::study::{
-    compare_ids, consistency, run_ids, summarize_runs, Checks, Environment, Expectations, JobRecord, Parameters,
-    RequestRecord, RunRecord, SchedulerArtifact,
+    compare_ids, consistency, output_tokens_per_s, run_ids, summarize_runs, summarize_throughput, Checks, Environment,
+    Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
 };
 use common::scheduler::{self, request_metrics, Job, RunConfig};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
-#[command(about = "Scheduler study: serial policies over per-request KV caches, timed step by step")]
+#[command(about = "Scheduler study: serial and batched policies over per-request KV caches, timed step by step")]
 struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Policies to run (repeatable): fifo, interleave. With --chunk-size, every policy runs with
-    /// every chunk size. [default: the manifest's runs]
+    /// Policies to run (repeatable): fifo, interleave, batched. With --chunk-size, every policy
+    /// runs with every chunk size. [default: the manifest's runs]
     #[arg(long, value_parser = Policy::parse)]
     policy: Vec<Policy>,
-    /// Prefill chunk sizes in tokens (repeatable, >= 1) for the --policy runs.
+    /// Prefill chunk sizes in tokens (repeatable, >= 1) for the --policy runs; for batched, the
+    /// step's token budget (decodes included).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     chunk_size: Vec<u64>,
     /// Requests admitted at once, for every run [default: the manifest's].
@@ -89,6 +92,7 @@ fn run(args: Args) -> Result<i32> {
         bail!("{origin}: {problem}");
     }
     let model = &prepared.model;
+    let weights = model.model.weight_dtype();
 
     let mut jobs = Vec::new();
     let mut job_records = Vec::new();
@@ -129,7 +133,7 @@ fn run(args: Args) -> Result<i32> {
             if warm {
                 continue;
             }
-            let requests = request_metrics(&outcome.timeline)
+            let requests: Vec<RequestRecord> = request_metrics(&outcome.timeline)
                 .into_iter()
                 .map(|m| {
                     let job = job_records.iter().find(|j| j.id == m.id).expect("timeline jobs come from the job list");
@@ -155,6 +159,7 @@ fn run(args: Args) -> Result<i32> {
                 round: round - params.warmup,
                 elapsed_ms: outcome.elapsed_ms,
                 scheduler_overhead_ms: outcome.overhead_ms,
+                output_tokens_per_s: output_tokens_per_s(&requests, outcome.elapsed_ms),
                 peak_rss_bytes: outcome.peak_rss_bytes,
                 requests,
                 timeline: outcome.timeline,
@@ -189,14 +194,19 @@ fn run(args: Args) -> Result<i32> {
     );
     let pin = prepared.resolved.pin.as_ref();
     let artifact = SchedulerArtifact {
-        execution_mode: "fresh local model inference with real per-request cache; cooperative serial scheduler".into(),
+        execution_mode:
+            "fresh local model inference with real per-request cache; cooperative scheduler, serial or batched forwards"
+                .into(),
         environment: Environment {
             rust: provenance.build.rustc.clone(),
             candle: provenance.build.candle.clone(),
             tokenizers: provenance.build.tokenizers.clone(),
             platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
             device: "cpu".into(),
-            dtype: "f32".into(),
+            dtype: match weights {
+                WeightDtype::F32 => "f32".into(),
+                other => format!("{} weights, f32 activations and accumulation", other.name()),
+            },
             threads: provenance.threads,
         },
         model_id: pin.map(|p| p.repo.clone()).unwrap_or_else(|| prepared.ws.display_path(&prepared.resolved.dir)),
@@ -204,11 +214,12 @@ fn run(args: Args) -> Result<i32> {
         source_sha256: facts.source_sha256.to_string(),
         arrival_policy: arrival_policy(&params),
         summary: summarize_runs(&runs),
+        throughput: summarize_throughput(&runs),
         parameters: params,
         jobs: job_records,
         runs,
         checks,
-        limits: "Serial model forwards on one CPU device in F32, one per-request KV cache each; not a continuous-batching kernel or a throughput benchmark.".into(),
+        limits: "Model forwards on one CPU device, one per-request KV cache each; the batched policy runs every admitted request in one forward (per-request attention, shared weight reads). Wall-clock numbers are this machine's and move between runs.".into(),
         provenance,
     };
     let path = prepared.write(args.model.out.as_ref(), &artifact)?;
@@ -220,9 +231,26 @@ fn run(args: Args) -> Result<i32> {
         eprintln!("error: output ids differ across runs: {}", artifact.checks.differences.join("; "));
         code = 2;
     }
-    if let Some(c) = artifact.checks.expected.as_ref().filter(|c| !c.matched) {
-        eprintln!("error: output ids differ from the manifest's pinned ids: {:?}", c.first_difference);
-        code = 2;
+    match (artifact.checks.expected.as_ref().filter(|c| !c.matched), weights) {
+        (Some(c), WeightDtype::F32) => {
+            eprintln!("error: output ids differ from the manifest's pinned ids: {:?}", c.first_difference);
+            code = 2;
+        }
+        // Reduced precision is expected to leave the F32 ids somewhere: recorded, not an error.
+        (Some(c), _) => {
+            let d = c.first_difference.as_ref().expect("unmatched comparisons name a difference");
+            println!(
+                "{} weights: ids leave the pinned F32 ids first at job {} token {}",
+                weights.name(),
+                d.job,
+                d.index
+            );
+        }
+        (None, WeightDtype::F32) => {}
+        (None, _) if artifact.checks.expected.is_some() => {
+            println!("{} weights: ids equal the pinned F32 ids", weights.name())
+        }
+        (None, _) => {}
     }
     if let Some(c) = &artifact.checks.predecessor {
         match &c.first_difference {
@@ -259,6 +287,22 @@ fn print_table(a: &SchedulerArtifact) {
             med(&row.ttft_ms),
             med(&row.completion_ms),
             med(&row.max_gap_ms)
+        );
+    }
+    println!(
+        "\n{:<11} {:>6} {:>4} {:>7} {:>12} {:>14}",
+        "policy", "chunk", "max", "rounds", "elapsed_ms", "output tok/s"
+    );
+    for row in &a.throughput {
+        let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
+        println!(
+            "{:<11} {:>6} {:>4} {:>7} {:>12} {:>14}",
+            row.policy.name(),
+            row.chunk_size.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            row.max_active,
+            row.output_tokens_per_s.n,
+            med(&row.elapsed_ms),
+            med(&row.output_tokens_per_s)
         );
     }
 }

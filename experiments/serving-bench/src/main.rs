@@ -44,6 +44,9 @@ struct ServeArgs {
     /// Never download a model.
     #[arg(long)]
     offline: bool,
+    /// Weight matrices in f32 (the checkpoint exactly), or f16 / bf16 (half the bytes per step).
+    #[arg(long, default_value = "f32", value_parser = common::qwen::WeightDtype::parse)]
+    dtype: common::qwen::WeightDtype,
     /// Address to bind; anything but loopback exposes the server to the network.
     #[arg(long, default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -132,7 +135,13 @@ fn main() {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
-    let model_args = ModelArgs { manifest: args.manifest, model_dir: args.model_dir, out: None, offline: args.offline };
+    let model_args = ModelArgs {
+        manifest: args.manifest,
+        model_dir: args.model_dir,
+        out: None,
+        offline: args.offline,
+        dtype: args.dtype,
+    };
     let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &model_args)?;
     let name = model_name(&prepared.resolved);
     let config = ServerConfig {
@@ -233,7 +242,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             max_body_bytes: 1 << 20,
             chunk_size: None,
         };
-        let model = Arc::new(common::load::LoadedModel::load(&prepared.resolved.dir)?);
+        let model = Arc::new(common::load::LoadedModel::load_as(&prepared.resolved.dir, args.model.dtype)?);
         let running = server::spawn(([127, 0, 0, 1], 0).into(), model, config).await?;
         let base_url = format!("http://{}", running.addr);
         for kind in [Kind::OpenAi, Kind::Ollama] {
@@ -358,6 +367,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             requested,
             effective: serde_json::to_value(&params)?,
             model: prepared.as_ref().map(|p| &p.resolved),
+            weights: args.model.dtype,
             manifest: manifest_record,
         },
     );

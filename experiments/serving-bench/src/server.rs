@@ -183,7 +183,7 @@ fn worker(
             continue;
         }
         let candidates: Vec<Candidate> = active.iter().map(|a| a.session.candidate()).collect();
-        let i = Policy::Interleave.pick(&candidates, cursor);
+        let i = Policy::Interleave.plan(&candidates, cursor, chunk)[0].0;
         let a = &mut active[i];
         let t = Instant::now();
         let step = a.session.step(chunk);
