@@ -344,7 +344,8 @@ pub fn output_tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
 /// Median and spread over rounds of each run configuration's throughput and wall time, in the
 /// order the configurations first appear.
 pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
-    let mut groups: Vec<((Policy, Option<usize>, usize), Vec<&RunRecord>)> = Vec::new();
+    type Config = (Policy, Option<usize>, usize);
+    let mut groups: Vec<(Config, Vec<&RunRecord>)> = Vec::new();
     for run in runs {
         let key = (run.policy, run.chunk_size, run.max_active);
         match groups.iter_mut().find(|g| g.0 == key) {
