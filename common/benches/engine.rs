@@ -1,17 +1,21 @@
-//! The engine against a bare candle loop, and the scheduler's own cost, on the generated
-//! `qwen2.5-0.5b` checkpoint (the real model's shapes), in one run:
-//! - decode tokens/s through `Session::step` and through `ModelForCausalLM::forward` directly,
-//!   from the same prompt, and their ratio;
-//! - a decode step's cost at context 64 against 4096;
+//! The engine's speed goals, each measured in this one run on the generated `qwen2.5-0.5b`
+//! checkpoint (the real model's shapes) and printed as a ratio:
+//! - decode tokens/s through `Session::step` against the stock candle-transformers loop, and
+//!   prefill time, from the same prompt;
 //! - when `just bench` could install llama.cpp's Python binding (`.venv-llama/`), llama.cpp on
-//!   the same weights exported to GGUF F32: prefill of the same prompt and decode tokens/s, each
-//!   as our figure over llama.cpp's, and whether the greedy ids agree;
+//!   the same weights exported to GGUF: F32 against our F32, F16 against our half-precision
+//!   weights (BF16, exact for this BF16-stored checkpoint, and F16), with whether the greedy ids
+//!   agree;
+//! - a decode step's cost at context 64 against 4096;
+//! - four sessions decoding in one batched step against one: aggregate tokens/s;
 //! - the scheduler's time outside forward passes per step, as a share of a step, over the seed
 //!   workload under each seed policy.
 
 use candle_core::Tensor;
 use common::engine::Session;
+use common::gguf::WeightType;
 use common::load::LoadedModel;
+use common::qwen::WeightDtype;
 use common::resolve::{resolve, ResolveOptions};
 use common::scheduler::study::Parameters;
 use common::scheduler::{self, Job};
@@ -20,17 +24,23 @@ use std::time::Instant;
 
 const DECODE: usize = 31;
 
-/// llama.cpp on the same weights, when its binding is installed; prints ratios to our figures.
-fn llama_cpp(ws: &Workspace, dir: &std::path::Path, prompt: &[u32], prefill_s: f64, decode_tps: f64, ours: &[u32]) {
+/// llama.cpp on the same weights exported as `weights`: its prefill seconds, decode tokens/s
+/// and greedy ids, when its binding is installed.
+fn llama_cpp(
+    ws: &Workspace,
+    dir: &std::path::Path,
+    prompt: &[u32],
+    weights: WeightType,
+) -> Option<(f64, f64, Vec<u32>)> {
     let python = ws.root.join(".venv-llama/bin/python");
     if !python.is_file() {
         println!("llama.cpp: skipped (no .venv-llama; `just bench` installs llama-cpp-python there)");
-        return;
+        return None;
     }
-    let gguf = ws.root.join("target/bench/qwen2.5-0.5b-f32.gguf");
+    let gguf = ws.root.join(format!("target/bench/qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
     if !gguf.is_file() {
         std::fs::create_dir_all(gguf.parent().unwrap()).unwrap();
-        common::gguf::export(dir, &gguf, common::gguf::WeightType::F32).expect("export the GGUF");
+        common::gguf::export(dir, &gguf, weights).expect("export the GGUF");
     }
     let ids_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ids_file.path(), serde_json::to_vec(prompt).unwrap()).unwrap();
@@ -42,18 +52,37 @@ fn llama_cpp(ws: &Workspace, dir: &std::path::Path, prompt: &[u32], prefill_s: f
         .expect("run the llama.cpp script");
     let Ok(result) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
         println!("llama.cpp: failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or_default());
-        return;
+        return None;
     };
-    let their_prefill = result["prefill_s"].as_f64().unwrap_or(f64::NAN);
-    let their_decode = result["decode_tps"].as_f64().unwrap_or(f64::NAN);
-    let ids: Vec<u32> = serde_json::from_value(result["ids"].clone()).unwrap_or_default();
-    let agree = ours.iter().zip(&ids).take_while(|(a, b)| a == b).count();
-    println!("llama.cpp F32 GGUF         prefill {their_prefill:.3} s, decode {their_decode:.2} tokens/s");
+    let prefill = result["prefill_s"].as_f64().unwrap_or(f64::NAN);
+    let decode = result["decode_tps"].as_f64().unwrap_or(f64::NAN);
+    Some((prefill, decode, serde_json::from_value(result["ids"].clone()).unwrap_or_default()))
+}
+
+/// Prefill seconds, decode tokens/s and greedy ids of one session on `model`.
+fn engine(model: &LoadedModel, prompt: &[u32]) -> (f64, f64, Vec<u32>) {
+    let mut s = Session::new(model, prompt.to_vec(), DECODE + 1).unwrap();
+    let t = Instant::now();
+    s.step(None).unwrap();
+    let prefill_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    while !s.is_finished() {
+        s.step(None).unwrap();
+    }
+    (prefill_s, DECODE as f64 / t.elapsed().as_secs_f64(), s.output().to_vec())
+}
+
+/// Prints our figures against llama.cpp's on the same weights.
+fn compare(label: &str, ours: &(f64, f64, Vec<u32>), theirs: Option<(f64, f64, Vec<u32>)>) {
+    let Some((prefill, decode, ids)) = theirs else { return };
+    let agree = ours.2.iter().zip(&ids).take_while(|(a, b)| a == b).count();
     println!(
-        "ours / llama.cpp           prefill speed {:.3}x, decode speed {:.3}x; greedy ids agree on the first {agree} of {}",
-        their_prefill / prefill_s,
-        decode_tps / their_decode,
-        ours.len().min(ids.len())
+        "{label:<26} prefill {:.3} s, decode {:.2} tokens/s: ours prefill speed {:.3}x, decode speed {:.3}x; greedy ids agree on the first {agree} of {}",
+        prefill,
+        decode,
+        prefill / ours.0,
+        ours.1 / decode,
+        ours.2.len().min(ids.len())
     );
 }
 
@@ -95,21 +124,25 @@ fn main() {
         DECODE as f64 / t.elapsed().as_secs_f64()
     };
     // The engine: the same work through Session::step.
-    let (prefill_s, engine, our_ids) = {
-        let mut s = Session::new(&model, prompt.clone(), DECODE + 1).unwrap();
-        let t = Instant::now();
-        s.step(None).unwrap();
-        let prefill_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        while !s.is_finished() {
-            s.step(None).unwrap();
-        }
-        (prefill_s, DECODE as f64 / t.elapsed().as_secs_f64(), s.output().to_vec())
-    };
+    let ours = engine(&model, &prompt);
     println!("decode, bare candle loop   {bare:>7.2} tokens/s");
-    println!("decode, engine session     {engine:>7.2} tokens/s   engine / bare = {:.3}", engine / bare);
-    println!("prefill, engine session    {prefill_s:>7.3} s for {} tokens", prompt.len());
-    llama_cpp(&ws, &resolved.dir, &prompt, prefill_s, engine, &our_ids);
+    println!("decode, engine session     {:>7.2} tokens/s   engine / bare = {:.3}", ours.1, ours.1 / bare);
+    println!("prefill, engine session    {:>7.3} s for {} tokens", ours.0, prompt.len());
+    compare("llama.cpp F32 GGUF", &ours, llama_cpp(&ws, &resolved.dir, &prompt, WeightType::F32));
+    let llama_f16 = llama_cpp(&ws, &resolved.dir, &prompt, WeightType::F16);
+    for dtype in [WeightDtype::Bf16, WeightDtype::F16] {
+        let half = LoadedModel::load_as(&resolved.dir, dtype).unwrap();
+        let theirs = engine(&half, &prompt);
+        let same = theirs.2 == ours.2;
+        println!(
+            "decode, {} weights       {:>7.2} tokens/s, prefill {:.3} s; ids {} the F32 ones",
+            dtype.name(),
+            theirs.1,
+            theirs.0,
+            if same { "equal" } else { "differ from" }
+        );
+        compare(&format!("llama.cpp F16 vs our {}", dtype.name()), &theirs, llama_f16.clone());
+    }
 
     // A decode step's cost against the context it attends over. The cache is marked filled to the
     // context without computing it (its values do not change the work of a step).
@@ -126,6 +159,27 @@ fn main() {
     };
     let (short, long) = (step_ms(64), step_ms(4096));
     println!("decode step at context 64  {short:>7.2} ms, at 4096 {long:>7.2} ms: ratio {:.3}", long / short);
+
+    // Four sessions decoding in one batched step against one session's step, at the same
+    // context: aggregate tokens per second.
+    let decode_step_ms = |streams: usize| {
+        let mut caches: Vec<_> = (0..streams).map(|_| model.model.new_cache(prompt.len() + 16).unwrap()).collect();
+        caches.iter_mut().for_each(|c| c.assume_filled(prompt.len()));
+        let mut best = f64::INFINITY;
+        for i in 0..8 {
+            let token = [i as u32 + 1];
+            let mut items: Vec<_> = caches.iter_mut().map(|c| (c, &token[..])).collect();
+            let t = Instant::now();
+            model.model.forward_batch(&mut items).unwrap();
+            best = best.min(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        best
+    };
+    let (one, four) = (decode_step_ms(1), decode_step_ms(4));
+    println!(
+        "batched decode step        1 stream {one:.2} ms, 4 streams {four:.2} ms: aggregate tokens/s {:.3}x",
+        4.0 * one / four
+    );
 
     let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();
     for config in &params.runs {

@@ -92,7 +92,17 @@ impl Proj {
         } else {
             // Candle's blocked multiply; half-precision weights are widened for it (F32 accumulation either
             // way, and widening costs far less than the product it feeds).
-            let w = if self.w.dtype() == DType::F32 { self.w.clone() } else { self.w.to_dtype(DType::F32)? };
+            let (storage, layout) = self.w.storage_and_layout();
+            let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
+            let widened = match &*storage {
+                Storage::Cpu(CpuStorage::F16(w)) => Some(kernel::widen(&w[start..end])),
+                Storage::Cpu(CpuStorage::BF16(w)) => Some(kernel::widen(&w[start..end])),
+                _ => None,
+            };
+            let w = match widened {
+                Some(w) => Tensor::from_vec(w, self.w.shape(), x.device())?,
+                None => self.w.clone(),
+            };
             let mut y = x.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()?;
             if let Some(b) = &self.bias {
                 y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
@@ -360,6 +370,9 @@ impl Qwen2 {
         let groups = self.heads / self.kv_heads;
         cache.k[l].slice_set(k, 2, pos)?;
         cache.v[l].slice_set(v, 2, pos)?;
+        if n == 1 {
+            return self.attend_one(cache, l, q, total);
+        }
         let keys = cache.k[l].narrow(2, 0, total)?;
         let values = cache.v[l].narrow(2, 0, total)?;
         // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
@@ -378,5 +391,29 @@ impl Qwen2 {
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
         attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((n, self.hidden))
+    }
+
+    /// [`Self::attend`] for a single new position, through our own kernel.
+    fn attend_one(&self, cache: &Cache, l: usize, q: &Tensor, total: usize) -> Result<Tensor> {
+        let q = q.flatten_all()?.to_vec1::<f32>()?;
+        let shape = kernel::AttentionShape {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            capacity: cache.capacity,
+            len: total,
+            d: self.head_dim,
+        };
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let (k, k_layout) = cache.k[l].storage_and_layout();
+        let (v, v_layout) = cache.v[l].storage_and_layout();
+        let out = match (&*k, &*v) {
+            (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) => {
+                let (ks, ke) = k_layout.contiguous_offsets().expect("caches are allocated contiguous");
+                let (vs, ve) = v_layout.contiguous_offsets().expect("caches are allocated contiguous");
+                kernel::attend_one(&q, &k[ks..ke], &v[vs..ve], shape, scale)
+            }
+            _ => candle_core::bail!("the KV cache must be F32 on the CPU"),
+        };
+        Tensor::from_vec(out, (1, self.hidden), &self.device)
     }
 }
