@@ -1,7 +1,9 @@
 //! The `scheduler` binary end to end on the tiny generated checkpoint: what it writes, what it
 //! refuses, and what it never records.
 
+use common::policy::Policy;
 use common::scheduler::study::{consistency, run_invariants, SchedulerArtifact};
+use common::scheduler::RunConfig;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -55,11 +57,17 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
         assert!(!text.contains(leak), "artifact leaks {leak}");
     }
 
-    // The seed's fields, the seed's three runs, twice.
+    // The seed's fields, the seed's three runs and the batched one, twice.
     assert_eq!(a.model_id, "generated/tiny");
-    assert_eq!(a.runs.len(), 6);
+    assert_eq!(a.runs.len(), 8);
     let kinds: Vec<_> = a.runs.iter().map(|r| (r.policy.name(), r.chunk_size, r.round)).collect();
-    assert_eq!(kinds[..3], [("fifo", None, 0), ("interleave", None, 0), ("interleave", Some(64), 0)]);
+    assert_eq!(
+        kinds[..4],
+        [("fifo", None, 0), ("interleave", None, 0), ("interleave", Some(64), 0), ("batched", Some(64), 0)]
+    );
+    // Throughput per configuration, over both rounds, the batched one beside the serial ones.
+    assert_eq!(a.throughput.len(), 4);
+    assert!(a.throughput.iter().all(|t| t.output_tokens_per_s.n == 2 && t.output_tokens_per_s.p50.unwrap() > 0.0));
     assert_eq!(a.environment.dtype, "f32");
     assert!(a.jobs.iter().all(|j| j.prompt_tokens > 0));
 
@@ -82,7 +90,7 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
         assert!(run.peak_rss_bytes.unwrap_or(0) > 1 << 20, "peak resident memory recorded on Linux");
     }
     assert!(a.checks.output_ids_identical);
-    assert_eq!(a.summary.len(), 9);
+    assert_eq!(a.summary.len(), 12);
     assert!(a.summary.iter().all(|row| row.ttft_ms.n == 2));
 
     // Provenance: the code that made it, as the audit will recompute it, and the manifest.
@@ -220,6 +228,8 @@ fn default_manifests_carry_the_seed_workload() {
             common::manifest::read_experiment_manifest(&root().join(format!("manifests/scheduler/{name}.json")))
                 .unwrap();
         assert_eq!(m.parameters.jobs, seed.jobs, "{name}");
-        assert_eq!(m.parameters.runs, seed.runs, "{name}");
+        assert_eq!(m.parameters.runs[..3], seed.runs, "{name}: the seed's runs first");
+        let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2 };
+        assert_eq!(m.parameters.runs[3..], [batched], "{name}: then continuous batching on the same workload");
     }
 }
