@@ -131,7 +131,13 @@ fn scheduler_section(a: &Artifact, dir: &Path) -> Result<String, String> {
         let lanes = ids.clone();
         let lane = |job: &str| lanes.iter().position(|l| l == job).unwrap_or(0);
         let chart = Timeline {
-            title: format!("{} (round {}): {} steps, {:.1} ms", run.config, run.round, run.steps.len(), run.elapsed),
+            title: format!(
+                "{} (round {}): {} forwards, {:.1} ms",
+                run.config,
+                run.round,
+                forwards(&run.steps),
+                run.elapsed
+            ),
             steps: run.steps.iter().map(|s| (lane(&s.job), s.prefill, s.start, s.end)).collect(),
             marks: run.requests.iter().map(|r| (lane(&r.id), r.ttft, r.completion)).collect(),
             end: run.elapsed,
@@ -146,6 +152,13 @@ fn scheduler_section(a: &Artifact, dir: &Path) -> Result<String, String> {
         let _ = writeln!(md, "_No per-step timeline in this artifact: timelines cannot be drawn._\n");
     }
     Ok(md)
+}
+
+/// Forward passes on a timeline: the jobs of a batched forward share its times.
+fn forwards(steps: &[crate::view::Step]) -> usize {
+    let mut times: Vec<(u64, u64)> = steps.iter().map(|s| (s.start.to_bits(), s.end.to_bits())).collect();
+    times.dedup();
+    times.len()
 }
 
 const SERVING_COLUMNS: [(&str, &str, f64, usize); 7] = [
