@@ -101,12 +101,21 @@ pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, 
     yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
         products(&w[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], k, x, rows, yt);
     });
+    // Bias added after the product, as candle's Linear adds it.
+    if rows == 1 {
+        // One row: the transposed layout is the layout.
+        if let Some(b) = bias {
+            yt.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+        }
+        return yt;
+    }
     let mut y = vec![0f32; rows * out];
-    for j in 0..out {
-        let b = bias.map_or(0.0, |b| b[j]);
-        for r in 0..rows {
-            // Added after the product, as candle's Linear adds its bias.
-            y[r * out + j] = yt[j * rows + r] + b;
+    for (j, yt) in yt.chunks_exact(rows).enumerate() {
+        for (r, v) in yt.iter().enumerate() {
+            y[r * out + j] = match bias {
+                Some(b) => v + b[j],
+                None => *v,
+            };
         }
     }
     y

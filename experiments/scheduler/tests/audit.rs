@@ -2,8 +2,11 @@
 //! manifests can be changed: fresh is ok, changed code or manifest is stale, any hand edit is
 //! wrong and named, and pinning takes expectations from a fresh artifact.
 
+use common::artifact::read_artifact;
 use common::artifact::{seal, SEAL_KEY};
 use common::audit::{audit_artifact, pin_from_artifact, Report, Verdict};
+use common::qwen::WeightDtype;
+use common::scheduler::study::SchedulerArtifact;
 use common::workspace::Workspace;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -181,4 +184,34 @@ fn pinning_takes_expectations_from_a_fresh_artifact() {
     // An artifact that is wrong for another reason is never pinned from.
     let tampered = edit(&next, |v| v["runs"][0]["elapsed_ms"] = json!(0.0), false);
     assert!(pin_from_artifact(&s.ws, &tampered).is_err());
+}
+
+#[test]
+fn half_precision_runs_keep_apart_record_their_dtype_and_report_where_ids_leave_f32() {
+    let s = scratch();
+    let run = |dtype: &str| s.run(&["--dtype", dtype]);
+    let path = run("bf16");
+    assert!(path.starts_with(s.ws.root.join("artifacts/scheduler/tiny-bf16")), "{}", path.display());
+    let a: SchedulerArtifact = read_artifact(&path).unwrap();
+    assert_eq!(a.provenance.model.as_ref().unwrap().weights, WeightDtype::Bf16);
+    assert!(a.environment.dtype.starts_with("bf16 weights"), "{}", a.environment.dtype);
+    // The tiny checkpoint is stored in BF16, so BF16 weights are its exact values: same ids.
+    assert!(a.checks.expected.as_ref().unwrap().matched);
+    let r = s.audit(&path);
+    assert_eq!(r.verdict, Verdict::Ok, "{:?}", r.findings);
+
+    // Pins the real ids cannot meet: reduced precision records where it leaves them and audits
+    // ok; F32 is held to them.
+    let manifest = s.ws.root.join("manifests/scheduler/tiny.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["expectations"]["output_ids"]["interactive-a"][2] = json!(0);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let half = run("f16");
+    let a: SchedulerArtifact = read_artifact(&half).unwrap();
+    let d = a.checks.expected.as_ref().unwrap().first_difference.clone().unwrap();
+    assert_eq!((d.job.as_str(), d.index, d.theirs), ("interactive-a", 2, Some(0)));
+    assert_eq!(s.audit(&half).verdict, Verdict::Ok, "{:?}", s.audit(&half).findings);
+    let full = run("f32");
+    assert!(full.starts_with(s.ws.root.join("artifacts/scheduler/tiny/")));
+    assert_wrong(&s.audit(&full), "runs[0].requests[0].output_ids[2]");
 }
