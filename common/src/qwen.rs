@@ -90,20 +90,16 @@ impl Proj {
                 _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
             }
         } else {
-            // Candle's blocked multiply; half-precision weights are widened for it (F32 accumulation either
-            // way, and widening costs far less than the product it feeds).
+            // Candle's blocked multiply; half-precision weights are widened for it a block of
+            // rows at a time (F32 accumulation either way; the block stays in cache for the
+            // product and no full-size copy is ever allocated).
             let (storage, layout) = self.w.storage_and_layout();
             let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
-            let widened = match &*storage {
-                Storage::Cpu(CpuStorage::F16(w)) => Some(kernel::widen(&w[start..end])),
-                Storage::Cpu(CpuStorage::BF16(w)) => Some(kernel::widen(&w[start..end])),
-                _ => None,
+            let mut y = match &*storage {
+                Storage::Cpu(CpuStorage::F16(w)) => widened_product(&w[start..end], x, self.out)?,
+                Storage::Cpu(CpuStorage::BF16(w)) => widened_product(&w[start..end], x, self.out)?,
+                _ => x.matmul(&self.w.t()?)?.flatten_all()?.to_vec1::<f32>()?,
             };
-            let w = match widened {
-                Some(w) => Tensor::from_vec(w, self.w.shape(), x.device())?,
-                None => self.w.clone(),
-            };
-            let mut y = x.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()?;
             if let Some(b) = &self.bias {
                 y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
             }
@@ -115,6 +111,22 @@ impl Proj {
     fn bytes(&self) -> usize {
         self.w.elem_count() * self.w.dtype().size_in_bytes()
     }
+}
+
+/// `x · wᵀ` for half-precision `w` (`out × k`), widening `WIDEN_ROWS` weight rows at a time.
+fn widened_product<W: kernel::Weight>(w: &[W], x: &Tensor, out: usize) -> Result<Vec<f32>> {
+    const WIDEN_ROWS: usize = 256;
+    let (rows, k) = x.dims2()?;
+    let mut y = vec![0f32; rows * out];
+    for first in (0..out).step_by(WIDEN_ROWS) {
+        let n = WIDEN_ROWS.min(out - first);
+        let block = Tensor::from_vec(kernel::widen(&w[first * k..(first + n) * k]), (n, k), x.device())?;
+        let part = x.matmul(&block.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+        for (row, part) in y.chunks_exact_mut(out).zip(part.chunks_exact(n)) {
+            row[first..first + n].copy_from_slice(part);
+        }
+    }
+    Ok(y)
 }
 
 struct Layer {
