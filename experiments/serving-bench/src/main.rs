@@ -10,7 +10,6 @@ use common::workspace::Workspace;
 use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
 use serving_bench::server::{self, ServerConfig};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const EXPERIMENT: &str = "serving-bench";
@@ -151,13 +150,20 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         chunk_size: None,
     };
-    let running = server::spawn((args.host, args.port).into(), Arc::new(prepared.model), config)
+    let running = server::spawn((args.host, args.port).into(), prepared.model, config)
         .await
         .with_context(|| format!("cannot bind {}:{}; pick another --port", args.host, args.port))?;
+    // Listen for Ctrl-C before announcing the address: an interrupt sent as soon as the address
+    // is known must stop the server cleanly, not kill it before the handler exists.
+    #[cfg(unix)]
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     println!(
         "serving `{name}` on http://{} (OpenAI /v1/chat/completions, Ollama /api/chat); Ctrl-C stops",
         running.addr
     );
+    #[cfg(unix)]
+    interrupt.recv().await;
+    #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
     println!("stopping: finishing open streams");
     running.stop().await;
@@ -242,8 +248,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             max_body_bytes: 1 << 20,
             chunk_size: None,
         };
-        let model = Arc::new(common::load::LoadedModel::load_as(&prepared.resolved.dir, args.model.dtype)?);
-        let running = server::spawn(([127, 0, 0, 1], 0).into(), model, config).await?;
+        let running = server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?;
         let base_url = format!("http://{}", running.addr);
         for kind in [Kind::OpenAi, Kind::Ollama] {
             targets.push(Target {
