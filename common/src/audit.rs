@@ -111,22 +111,27 @@ pub fn artifact_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn read_json(path: &Path) -> Result<Value, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("does not parse as JSON: {e}"))
+/// The file's JSON, or the report that says why it cannot be read (the audit's first finding for
+/// any artifact, ours or foreign).
+fn read_json(path: &Path, shown: &str) -> Result<Value, Report> {
+    let value = std::fs::read(path)
+        .map_err(|e| format!("cannot read: {e}"))
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| format!("does not parse as JSON: {e}")));
+    value.map_err(|e| {
+        let mut f = Findings(Vec::new());
+        f.wrong("parse", "", e);
+        f.into_report(shown.to_string(), None, None)
+    })
 }
 
 /// Audits one of our artifacts against its manifest and the current code.
 pub fn audit_artifact(ws: &Workspace, path: &Path) -> Report {
     let shown = ws.display_path(path);
-    let mut f = Findings(Vec::new());
-    let value = match read_json(path) {
+    let value = match read_json(path, &shown) {
         Ok(v) => v,
-        Err(e) => {
-            f.wrong("parse", "", e);
-            return f.into_report(shown, None, None);
-        }
+        Err(report) => return report,
     };
+    let mut f = Findings(Vec::new());
     match check_seal(&value) {
         Ok(None) => {}
         Ok(Some(parts)) => {
@@ -512,14 +517,11 @@ fn check_serving(body: &Value, f: &mut Findings) {
 /// fields, checks what they allow, and notes what they lack. Never fails on odd input: anything
 /// unreadable is a finding.
 pub fn audit_external(path: &Path, shown: String) -> Report {
-    let mut f = Findings(Vec::new());
-    let value = match read_json(path) {
+    let value = match read_json(path, &shown) {
         Ok(v) => v,
-        Err(e) => {
-            f.wrong("parse", "", e);
-            return f.into_report(shown, None, None);
-        }
+        Err(report) => return report,
     };
+    let mut f = Findings(Vec::new());
     if value.get("provenance").is_none() {
         f.add(
             Severity::Note,

@@ -12,6 +12,7 @@ use crate::workspace::{Workspace, WorkspaceError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Model and output flags shared by every experiment.
 #[derive(Debug, Clone, clap::Args, Serialize)]
@@ -68,7 +69,8 @@ pub struct Prepared<P, E> {
     pub clock: RunClock,
     pub manifest: Option<ManifestRun<P, E>>,
     pub resolved: ResolvedModel,
-    pub model: LoadedModel,
+    /// Shared, so that a server can hold it while the run still reports on `resolved`.
+    pub model: Arc<LoadedModel>,
 }
 
 /// Reads the manifest (unless an unpinned `--model-dir` run), resolves and verifies the model,
@@ -120,6 +122,7 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
     tracing::info!(dir = %ws.display_path(&resolved.dir), "loading model");
     let model = LoadedModel::load_as(&resolved.dir, args.dtype)
         .map_err(|cause| PrepareError::Load { dir: ws.display_path(&resolved.dir), cause })?;
+    let model = Arc::new(model);
     Ok(Prepared { experiment, ws, clock, manifest, resolved, model })
 }
 

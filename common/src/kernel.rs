@@ -34,62 +34,36 @@ pub trait Weight: Copy + Send + Sync + 'static {
     fn block_simd(w: &[Self], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
 }
 
-impl Weight for f32 {
-    fn to_f32(self) -> f32 {
-        self
-    }
-    fn widen_into(src: &[f32], dst: &mut [f32]) {
-        dst.copy_from_slice(src);
-    }
-    fn block_simd(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if simd::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above); `linear` checked the shapes.
-            unsafe { simd::block_f32(w, k, x, rows, yt) };
-            return true;
+/// The weight types differ only in how a value widens and which SIMD block they use (F16 also
+/// needs F16C).
+macro_rules! weight {
+    ($ty:ty, $block:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr, |$src:ident, $dst:ident| $widen:expr) => {
+        impl Weight for $ty {
+            fn to_f32(self) -> f32 {
+                let $v = self;
+                $to_f32
+            }
+            fn widen_into($src: &[$ty], $dst: &mut [f32]) {
+                $widen
+            }
+            fn block_simd(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+                #[cfg(target_arch = "x86_64")]
+                if simd::available() && (!$f16c || std::arch::is_x86_feature_detected!("f16c")) {
+                    // SAFETY: the CPU has the instructions (checked above); `linear` checked the
+                    // shapes.
+                    unsafe { simd::$block(w, k, x, rows, yt) };
+                    return true;
+                }
+                let _ = (w, k, x, rows, yt);
+                false
+            }
         }
-        let _ = (w, k, x, rows, yt);
-        false
-    }
+    };
 }
 
-impl Weight for f16 {
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn widen_into(src: &[f16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
-    }
-    fn block_simd(w: &[f16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if simd::available() && std::arch::is_x86_feature_detected!("f16c") {
-            // SAFETY: AVX2, FMA and F16C are present; `linear` checked the shapes.
-            unsafe { simd::block_f16(w, k, x, rows, yt) };
-            return true;
-        }
-        let _ = (w, k, x, rows, yt);
-        false
-    }
-}
-
-impl Weight for bf16 {
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn widen_into(src: &[bf16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
-    }
-    fn block_simd(w: &[bf16], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if simd::available() {
-            // SAFETY: AVX2 and FMA are present; `linear` checked the shapes.
-            unsafe { simd::block_bf16(w, k, x, rows, yt) };
-            return true;
-        }
-        let _ = (w, k, x, rows, yt);
-        false
-    }
-}
+weight!(f32, block_f32, needs_f16c: false, |v| v, |src, dst| dst.copy_from_slice(src));
+weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
+weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight as stored),
 /// `y` is `rows × out`, all row-major.

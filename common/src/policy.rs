@@ -42,11 +42,6 @@ impl Policy {
         }
     }
 
-    /// Whether a step may run several requests in one forward.
-    pub fn is_batched(self) -> bool {
-        self == Policy::Batched
-    }
-
     pub fn parse(name: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
             let known: Vec<_> = Self::ALL.iter().map(|p| p.name()).collect();

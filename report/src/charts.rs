@@ -46,6 +46,23 @@ pub fn render(chart: &impl Chart, stem: &Path) -> Result<(), String> {
     area.present().map_err(|e| format!("{}: {e}", png.display()))
 }
 
+/// A white canvas with the title and the label areas every chart here uses (`y_labels` wide).
+fn frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    y_labels: u32,
+) -> Result<ChartBuilder<'a, 'static, DB>, String> {
+    area.fill(&WHITE).map_err(err)?;
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(y_labels);
+    Ok(builder)
+}
+
+/// The top of a value axis: the largest finite value (never zero, so the range is not empty).
+fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
+    values.filter(|v| v.is_finite()).fold(0f64, f64::max).max(1e-9)
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -87,13 +104,8 @@ impl Chart for Timeline {
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        area.fill(&WHITE).map_err(err)?;
         let n = self.lanes.len().max(1) as f64;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(130)
+        let mut chart = frame(area, &self.title, 130)?
             .build_cartesian_2d(0f64..(self.end * 1.02).max(1e-3), 0f64..n)
             .map_err(err)?;
         let lanes = self.lanes.clone();
@@ -156,20 +168,15 @@ impl Chart for Grouped {
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        area.fill(&WHITE).map_err(err)?;
-        let top = self
-            .series
-            .iter()
-            .flat_map(|(_, vs)| vs.iter().map(|(v, spread)| spread.map(|s| s.1).unwrap_or(*v).max(*v)))
-            .filter(|v| v.is_finite())
-            .fold(0f64, f64::max)
-            .max(1e-9);
+        let top = axis_top(
+            self.series
+                .iter()
+                .flat_map(|(_, vs)| vs.iter().map(|(v, spread)| spread.map(|s| s.1).unwrap_or(*v).max(*v))),
+        );
         let n = self.categories.len().max(1) as f64;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, ("sans-serif", 20))
-            .margin(12)
+        // Category names go in the legend, not under the axis.
+        let mut chart = frame(area, &self.title, 70)?
             .x_label_area_size(10)
-            .y_label_area_size(70)
             .build_cartesian_2d(0f64..n, (-0.12 * top)..(top * 1.15))
             .map_err(err)?;
         chart
@@ -234,21 +241,8 @@ impl Chart for Percentiles {
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        area.fill(&WHITE).map_err(err)?;
-        let top = self
-            .lines
-            .iter()
-            .flat_map(|(_, p)| p.iter().map(|q| q.1))
-            .filter(|v| v.is_finite())
-            .fold(0f64, f64::max)
-            .max(1e-9);
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..100f64, 0f64..top * 1.1)
-            .map_err(err)?;
+        let top = axis_top(self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
+        let mut chart = frame(area, &self.title, 70)?.build_cartesian_2d(0f64..100f64, 0f64..top * 1.1).map_err(err)?;
         chart
             .configure_mesh()
             .x_desc("percentile")

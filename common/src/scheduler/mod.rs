@@ -218,18 +218,17 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         }
         // Finished jobs leave; the round-robin cursor moves past the last stepped job, less the
         // slots freed at or before it.
-        let done: Vec<usize> = plan.iter().map(|p| p.0).filter(|&i| active[i].session.is_finished()).collect();
-        for &i in &done {
+        let done: Vec<(usize, FinishReason)> =
+            plan.iter().filter_map(|p| active[p.0].session.finish_reason().map(|r| (p.0, r))).collect();
+        for &(i, reason) in &done {
             let a = &active[i];
-            let reason = a.session.finish_reason().expect("filtered on finished");
             finish.push(Finished { job: a.job.id.clone(), reason, kv_cache_bytes: a.session.kv_cache_bytes() });
         }
-        for &i in done.iter().rev() {
+        for &(i, _) in done.iter().rev() {
             active.remove(i);
         }
         let last = plan.last().map(|p| p.0).unwrap_or(0);
-        let removed_before = done.len();
-        cursor = last + 1 - removed_before;
+        cursor = last + 1 - done.len();
     }
     let total = start.elapsed();
     let elapsed_ms = timeline.last().map(|s| s.end_ms).unwrap_or(0.0);

@@ -271,16 +271,17 @@ fn arrival_policy(p: &Parameters) -> String {
 }
 
 fn print_table(a: &SchedulerArtifact) {
+    let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
+    let chunk = |c: Option<usize>| c.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
     println!(
         "{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}",
         "policy", "chunk", "max", "request", "rounds", "ttft_ms", "completion_ms", "max_gap_ms"
     );
     for row in &a.summary {
-        let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
         println!(
             "{:<11} {:>6} {:>4} {:<15} {:>7} {:>10} {:>14} {:>11}",
             row.policy.name(),
-            row.chunk_size.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            chunk(row.chunk_size),
             row.max_active,
             row.id,
             row.ttft_ms.n,
@@ -294,11 +295,10 @@ fn print_table(a: &SchedulerArtifact) {
         "policy", "chunk", "max", "rounds", "elapsed_ms", "output tok/s"
     );
     for row in &a.throughput {
-        let med = |s: &common::stats::Summary| s.p50.map(|v| format!("{v:.1}")).unwrap_or_default();
         println!(
             "{:<11} {:>6} {:>4} {:>7} {:>12} {:>14}",
             row.policy.name(),
-            row.chunk_size.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            chunk(row.chunk_size),
             row.max_active,
             row.output_tokens_per_s.n,
             med(&row.elapsed_ms),
