@@ -18,6 +18,7 @@ pub mod gguf;
 pub mod kernel;
 pub mod load;
 pub mod manifest;
+pub mod memory;
 pub mod pin;
 pub mod policy;
 pub mod provenance;

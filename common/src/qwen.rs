@@ -14,7 +14,7 @@
 //! multiply; norms, rotary embedding and softmax are candle's, per row. Greedy ids equal those of
 //! transformers (tests check it).
 
-use crate::kernel;
+use crate::{kernel, memory};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2::Config;
@@ -73,7 +73,7 @@ impl Proj {
     fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype) -> Result<Self> {
         let out = w.dim(0)?;
         let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Proj { w: w.to_dtype(dtype.dtype())?.contiguous()?, bias, out })
+        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, bias, out })
     }
 
     /// `x` is `rows × in` (F32); returns `rows × out`.
