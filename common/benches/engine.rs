@@ -148,7 +148,7 @@ fn main() {
     // context without computing it (its values do not change the work of a step).
     let step_ms = |context: usize| {
         let mut cache = model.model.new_cache(context + 9).unwrap();
-        cache.assume_filled(context);
+        cache.assume_filled(context).unwrap();
         let mut best = f64::INFINITY;
         for i in 0..8 {
             let t = Instant::now();
@@ -164,7 +164,7 @@ fn main() {
     // context: aggregate tokens per second.
     let decode_step_ms = |streams: usize| {
         let mut caches: Vec<_> = (0..streams).map(|_| model.model.new_cache(prompt.len() + 16).unwrap()).collect();
-        caches.iter_mut().for_each(|c| c.assume_filled(prompt.len()));
+        caches.iter_mut().for_each(|c| c.assume_filled(prompt.len()).unwrap());
         let mut best = f64::INFINITY;
         for i in 0..8 {
             let token = [i as u32 + 1];

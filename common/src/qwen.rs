@@ -181,10 +181,18 @@ impl Cache {
     }
 
     /// Marks the first `len` positions as filled without computing them: for benchmarks that time
-    /// a step at a long context without paying for its prefill. The keys and values there are
-    /// whatever the buffers hold (zeros), which changes the numbers, not the work.
-    pub fn assume_filled(&mut self, len: usize) {
-        self.len = len.min(self.capacity);
+    /// a step at a long context without paying for its prefill. The keys and values there are set
+    /// to a constant, which changes the numbers, not the work. (Written, not left as allocated:
+    /// never-written zeroed memory reads from one shared page, which would hide the cost of
+    /// streaming the cache.)
+    pub fn assume_filled(&mut self, len: usize) -> Result<()> {
+        let len = len.min(self.capacity);
+        for t in self.k.iter().chain(&self.v) {
+            let (one, kv_heads, _, d) = t.dims4()?;
+            t.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), t.device())?, 2, 0)?;
+        }
+        self.len = len;
+        Ok(())
     }
 
     /// Bytes held by the buffers (allocated for the full capacity at creation).
