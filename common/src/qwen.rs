@@ -309,6 +309,10 @@ impl Qwen2 {
     /// position. Projections and the MLP see all rows at once (each weight is read once for the
     /// whole batch); attention runs per item against its own cache.
     pub fn forward_batch(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+        kernel::on_pool(|| self.forward_on_pool(items))
+    }
+
+    fn forward_on_pool(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
         let mut positions = Vec::new();
         for (cache, ids) in items.iter() {
             let (pos, n) = (cache.len, ids.len());
