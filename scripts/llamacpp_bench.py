@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Times llama.cpp (the llama-cpp-python binding) on a GGUF file: one prefill of the given prompt
-ids, then greedy decode steps, one token each. Prints one JSON line. Called by `just bench`
-(common/benches/engine.rs) with the same weights and prompt our engine is timed on."""
+"""Times llama.cpp (the llama-cpp-python binding) on a GGUF file, one command at a time, so that
+`just bench` (common/benches/engine.rs) can alternate rounds of llama.cpp with rounds of our engine
+on the same weights and prompt: on a machine shared with other work, timings drift by tens of
+percent within a minute, and only measurements taken side by side compare fairly.
+
+Loads the model, prints {"ready": true}, then answers each line on stdin with one JSON line:
+  prefill      clears the context, evaluates the prompt ids: {"s": seconds, "token": greedy next}
+  decode N     N greedy steps from the last token: {"s": seconds, "ids": [the N tokens]}
+End of input ends the process."""
 
 import argparse
 import json
+import sys
 import time
 
 import llama_cpp
@@ -19,36 +26,49 @@ def greedy(llm: Llama) -> int:
     return int(np.argmax(logits))
 
 
+def reply(value: dict) -> None:
+    print(json.dumps(value), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", required=True)
     parser.add_argument("--prompt-ids", required=True, help="JSON file holding a list of token ids")
-    parser.add_argument("--decode", type=int, default=31)
+    parser.add_argument("--max-decode", type=int, default=64, help="context room for decode steps")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
     ids = json.load(open(args.prompt_ids))
     llm = Llama(
         model_path=args.gguf,
-        n_ctx=len(ids) + args.decode + 8,
+        n_ctx=len(ids) + args.max_decode + 8,
         n_batch=max(512, len(ids)),
         n_threads=args.threads,
         n_threads_batch=args.threads,
         logits_all=False,
         verbose=False,
     )
-    start = time.perf_counter()
-    llm.eval(ids)
-    prefill_s = time.perf_counter() - start
-    token = greedy(llm)
-    out = [token]
-    start = time.perf_counter()
-    for _ in range(args.decode):
-        llm.eval([token])
-        token = greedy(llm)
-        out.append(token)
-    decode_s = time.perf_counter() - start
-    print(json.dumps({"prefill_s": prefill_s, "decode_tps": args.decode / decode_s, "ids": out}))
+    reply({"ready": True})
+    token = None
+    for line in sys.stdin:
+        command = line.split()
+        if command == ["prefill"]:
+            llm.reset()
+            start = time.perf_counter()
+            llm.eval(ids)
+            seconds = time.perf_counter() - start
+            token = greedy(llm)
+            reply({"s": seconds, "token": token})
+        elif len(command) == 2 and command[0] == "decode" and token is not None:
+            out = []
+            start = time.perf_counter()
+            for _ in range(int(command[1])):
+                llm.eval([token])
+                token = greedy(llm)
+                out.append(token)
+            reply({"s": time.perf_counter() - start, "ids": out})
+        else:
+            reply({"error": f"unknown command or no prefill yet: {line.strip()!r}"})
 
 
 if __name__ == "__main__":

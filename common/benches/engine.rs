@@ -10,6 +10,11 @@
 //! - four sessions decoding in one batched step against one: aggregate tokens/s;
 //! - the scheduler's time outside forward passes per step, as a share of a step, over the seed
 //!   workload under each seed policy.
+//!
+//! Every comparison alternates its two sides, round after round or step after step, and reports
+//! the median of the per-round ratios with their range: on a machine shared with other work the
+//! same step's time drifts by tens of percent within a minute, so only measurements taken side by
+//! side compare fairly, and the range shows how far one round can mislead.
 
 use candle_core::Tensor;
 use common::engine::Session;
@@ -19,48 +24,26 @@ use common::qwen::WeightDtype;
 use common::resolve::{resolve, ResolveOptions};
 use common::scheduler::study::Parameters;
 use common::scheduler::{self, Job};
+use common::stats::percentile_sorted;
 use common::workspace::Workspace;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 const DECODE: usize = 31;
+/// Rounds of each side in a comparison.
+const ROUNDS: usize = 5;
 
-/// llama.cpp on the same weights exported as `weights`: its prefill seconds, decode tokens/s
-/// and greedy ids, when its binding is installed.
-fn llama_cpp(
-    ws: &Workspace,
-    dir: &std::path::Path,
-    prompt: &[u32],
-    weights: WeightType,
-) -> Option<(f64, f64, Vec<u32>)> {
-    let python = ws.root.join(".venv-llama/bin/python");
-    if !python.is_file() {
-        println!("llama.cpp: skipped (no .venv-llama; `just bench` installs llama-cpp-python there)");
-        return None;
-    }
-    let gguf = ws.root.join(format!("target/bench/qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
-    if !gguf.is_file() {
-        std::fs::create_dir_all(gguf.parent().unwrap()).unwrap();
-        common::gguf::export(dir, &gguf, weights).expect("export the GGUF");
-    }
-    let ids_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(ids_file.path(), serde_json::to_vec(prompt).unwrap()).unwrap();
-    let out = std::process::Command::new(&python)
-        .arg(ws.root.join("scripts/llamacpp_bench.py"))
-        .args(["--gguf", gguf.to_str().unwrap(), "--prompt-ids", ids_file.path().to_str().unwrap()])
-        .args(["--decode", &DECODE.to_string(), "--threads", &candle_core::utils::get_num_threads().to_string()])
-        .output()
-        .expect("run the llama.cpp script");
-    let Ok(result) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
-        println!("llama.cpp: failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or_default());
-        return None;
-    };
-    let prefill = result["prefill_s"].as_f64().unwrap_or(f64::NAN);
-    let decode = result["decode_tps"].as_f64().unwrap_or(f64::NAN);
-    Some((prefill, decode, serde_json::from_value(result["ids"].clone()).unwrap_or_default()))
+/// One round of a prompt's prefill then `DECODE` greedy steps.
+struct Round {
+    prefill_s: f64,
+    decode_tps: f64,
+    /// The greedy ids: the prefill's, then each step's.
+    ids: Vec<u32>,
 }
 
-/// Prefill seconds, decode tokens/s and greedy ids of one session on `model`.
-fn engine(model: &LoadedModel, prompt: &[u32]) -> (f64, f64, Vec<u32>) {
+/// Prefill and decode of one fresh session on `model`.
+fn ours(model: &LoadedModel, prompt: &[u32]) -> Round {
     let mut s = Session::new(model, prompt.to_vec(), DECODE + 1).unwrap();
     let t = Instant::now();
     s.step(None).unwrap();
@@ -69,21 +52,143 @@ fn engine(model: &LoadedModel, prompt: &[u32]) -> (f64, f64, Vec<u32>) {
     while !s.is_finished() {
         s.step(None).unwrap();
     }
-    (prefill_s, DECODE as f64 / t.elapsed().as_secs_f64(), s.output().to_vec())
+    Round { prefill_s, decode_tps: DECODE as f64 / t.elapsed().as_secs_f64(), ids: s.output().to_vec() }
 }
 
-/// Prints our figures against llama.cpp's on the same weights.
-fn compare(label: &str, ours: &(f64, f64, Vec<u32>), theirs: Option<(f64, f64, Vec<u32>)>) {
-    let Some((prefill, decode, ids)) = theirs else { return };
-    let agree = ours.2.iter().zip(&ids).take_while(|(a, b)| a == b).count();
+/// llama.cpp on the same weights, exported as a GGUF file, in a worker process
+/// (`scripts/llamacpp_bench.py`) that runs one round per request.
+struct LlamaCpp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl LlamaCpp {
+    /// Starts the worker on `dir`'s weights as `weights`; None (saying why) when the binding is
+    /// not installed or the worker fails to start.
+    fn start(ws: &Workspace, dir: &std::path::Path, prompt: &[u32], weights: WeightType) -> Option<Self> {
+        let python = ws.root.join(".venv-llama/bin/python");
+        if !python.is_file() {
+            println!("llama.cpp: skipped (no .venv-llama; `just bench` installs llama-cpp-python there)");
+            return None;
+        }
+        let gguf = ws.root.join(format!("target/bench/qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
+        if !gguf.is_file() {
+            std::fs::create_dir_all(gguf.parent().unwrap()).unwrap();
+            common::gguf::export(dir, &gguf, weights).expect("export the GGUF");
+        }
+        let ids = ws.root.join(format!("target/bench/prompt-{}.json", prompt.len()));
+        std::fs::write(&ids, serde_json::to_vec(prompt).unwrap()).unwrap();
+        let mut child = Command::new(&python)
+            .arg(ws.root.join("scripts/llamacpp_bench.py"))
+            .args(["--gguf", gguf.to_str().unwrap(), "--prompt-ids", ids.to_str().unwrap()])
+            .args(["--max-decode", &DECODE.to_string()])
+            .args(["--threads", &candle_core::utils::get_num_threads().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the llama.cpp script");
+        let mut worker = LlamaCpp {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        };
+        match worker.read() {
+            Some(ready) if ready["ready"] == true => Some(worker),
+            _ => {
+                println!("llama.cpp: its worker did not start on {} (its error is above)", gguf.display());
+                None
+            }
+        }
+    }
+
+    fn read(&mut self) -> Option<serde_json::Value> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).ok()?;
+        serde_json::from_str(&line).ok()
+    }
+
+    fn ask(&mut self, command: &str) -> Option<serde_json::Value> {
+        writeln!(self.stdin, "{command}").ok()?;
+        self.read()
+    }
+
+    fn round(&mut self) -> Option<Round> {
+        let prefill = self.ask("prefill")?;
+        let decode = self.ask(&format!("decode {DECODE}"))?;
+        let mut ids = vec![prefill["token"].as_u64()? as u32];
+        ids.extend(decode["ids"].as_array()?.iter().filter_map(|v| v.as_u64()).map(|v| v as u32));
+        Some(Round { prefill_s: prefill["s"].as_f64()?, decode_tps: DECODE as f64 / decode["s"].as_f64()?, ids })
+    }
+}
+
+impl Drop for LlamaCpp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Median and range of values, as "median (min-max)".
+fn spread(values: &[f64], digits: usize) -> String {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = percentile_sorted(&sorted, 50.0).unwrap_or(f64::NAN);
+    let (lo, hi) = (sorted.first().copied().unwrap_or(f64::NAN), sorted.last().copied().unwrap_or(f64::NAN));
+    format!("{median:.digits$} ({lo:.digits$}-{hi:.digits$})")
+}
+
+/// `ROUNDS` rounds of ours, each followed by one of llama.cpp's when its worker runs; prints our
+/// medians, and theirs with the per-round speed ratios. Returns our rounds.
+fn side_by_side(label: &str, model: &LoadedModel, prompt: &[u32], mut theirs: Option<&mut LlamaCpp>) -> Vec<Round> {
+    let mut pairs = Vec::new();
+    for _ in 0..ROUNDS {
+        let ours = ours(model, prompt);
+        let theirs = theirs.as_deref_mut().and_then(LlamaCpp::round);
+        pairs.push((ours, theirs));
+    }
+    let of = |f: fn(&Round) -> f64| pairs.iter().map(|(o, _)| f(o)).collect::<Vec<_>>();
     println!(
-        "{label:<26} prefill {:.3} s, decode {:.2} tokens/s: ours prefill speed {:.3}x, decode speed {:.3}x; greedy ids agree on the first {agree} of {}",
-        prefill,
-        decode,
-        prefill / ours.0,
-        ours.1 / decode,
-        ours.2.len().min(ids.len())
+        "{label:<28} decode {} tokens/s, prefill {} s",
+        spread(&of(|r| r.decode_tps), 2),
+        spread(&of(|r| r.prefill_s), 3)
     );
+    let both: Vec<(&Round, &Round)> = pairs.iter().filter_map(|(o, t)| Some((o, t.as_ref()?))).collect();
+    if both.len() == ROUNDS {
+        let theirs: Vec<f64> = both.iter().map(|(_, t)| t.decode_tps).collect();
+        let prefill: Vec<f64> = both.iter().map(|(_, t)| t.prefill_s).collect();
+        let decode_ratio: Vec<f64> = both.iter().map(|(o, t)| o.decode_tps / t.decode_tps).collect();
+        let prefill_ratio: Vec<f64> = both.iter().map(|(o, t)| t.prefill_s / o.prefill_s).collect();
+        let (o, t) = both[0];
+        let agree = o.ids.iter().zip(&t.ids).take_while(|(a, b)| a == b).count();
+        println!(
+            "  llama.cpp, same weights    decode {} tokens/s, prefill {} s",
+            spread(&theirs, 2),
+            spread(&prefill, 3)
+        );
+        println!(
+            "  ours / llama.cpp per round decode speed {}x, prefill speed {}x; greedy ids agree on the first {agree} of {}",
+            spread(&decode_ratio, 3),
+            spread(&prefill_ratio, 3),
+            o.ids.len().min(t.ids.len())
+        );
+    } else if theirs.is_some() {
+        println!("  llama.cpp: a round failed; no comparison");
+    }
+    pairs.into_iter().map(|(o, _)| o).collect()
+}
+
+/// Steps in an alternating step comparison.
+const STEPS: usize = 16;
+
+/// Milliseconds of `STEPS` calls of `a` and of `b`, alternating.
+fn alternate(mut a: impl FnMut(), mut b: impl FnMut()) -> (Vec<f64>, Vec<f64>) {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    (0..STEPS).map(|_| (time(&mut a), time(&mut b))).unzip()
 }
 
 fn main() {
@@ -95,14 +200,14 @@ fn main() {
     let params = Parameters::seed();
     let (_, prompt) = model.encode_user_prompt(&params.jobs[0].prompt).unwrap();
     println!(
-        "qwen2.5-0.5b shape, F32, {} threads, prompt {} tokens, {DECODE} decode steps",
+        "qwen2.5-0.5b shape, {} threads, prompt {} tokens, {DECODE} decode steps, {ROUNDS} alternating rounds per comparison; figures are median (min-max)",
         candle_core::utils::get_num_threads(),
         prompt.len()
     );
 
     // Bare candle: the stock candle-transformers Qwen2 on the same files, prefill, then one
-    // forward per token.
-    let bare = {
+    // forward per token, alternating with our engine's rounds.
+    {
         let vb = unsafe {
             candle_nn::VarBuilder::from_mmaped_safetensors(
                 &[resolved.dir.join("model.safetensors")],
@@ -112,73 +217,84 @@ fn main() {
         }
         .unwrap();
         let mut m = candle_transformers::models::qwen2::ModelForCausalLM::new(&model.config, vb).unwrap();
-        let ids = Tensor::new(prompt.as_slice(), &model.device).unwrap().unsqueeze(0).unwrap();
-        let logits = m.forward(&ids, 0).unwrap();
-        let mut next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
-        let t = Instant::now();
-        for i in 0..DECODE {
-            let ids = Tensor::new(&[next], &model.device).unwrap().unsqueeze(0).unwrap();
-            let logits = m.forward(&ids, prompt.len() + i).unwrap();
-            next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        let mut bare_round = || {
+            m.clear_kv_cache();
+            let ids = Tensor::new(prompt.as_slice(), &model.device).unwrap().unsqueeze(0).unwrap();
+            let logits = m.forward(&ids, 0).unwrap();
+            let mut next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+            let t = Instant::now();
+            for i in 0..DECODE {
+                let ids = Tensor::new(&[next], &model.device).unwrap().unsqueeze(0).unwrap();
+                let logits = m.forward(&ids, prompt.len() + i).unwrap();
+                next = logits.flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+            }
+            DECODE as f64 / t.elapsed().as_secs_f64()
+        };
+        let (mut bare, mut engine) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            bare.push(bare_round());
+            engine.push(ours(&model, &prompt).decode_tps);
         }
-        DECODE as f64 / t.elapsed().as_secs_f64()
-    };
-    // The engine: the same work through Session::step.
-    let ours = engine(&model, &prompt);
-    println!("decode, bare candle loop   {bare:>7.2} tokens/s");
-    println!("decode, engine session     {:>7.2} tokens/s   engine / bare = {:.3}", ours.1, ours.1 / bare);
-    println!("prefill, engine session    {:>7.3} s for {} tokens", ours.0, prompt.len());
-    compare("llama.cpp F32 GGUF", &ours, llama_cpp(&ws, &resolved.dir, &prompt, WeightType::F32));
-    let llama_f16 = llama_cpp(&ws, &resolved.dir, &prompt, WeightType::F16);
-    for dtype in [WeightDtype::Bf16, WeightDtype::F16] {
-        let half = LoadedModel::load_as(&resolved.dir, dtype).unwrap();
-        let theirs = engine(&half, &prompt);
-        let same = theirs.2 == ours.2;
+        let ratio: Vec<f64> = engine.iter().zip(&bare).map(|(e, b)| e / b).collect();
         println!(
-            "decode, {} weights       {:>7.2} tokens/s, prefill {:.3} s; ids {} the F32 ones",
-            dtype.name(),
-            theirs.1,
-            theirs.0,
-            if same { "equal" } else { "differ from" }
+            "decode, stock candle loop    {} tokens/s; engine {} tokens/s; engine / stock per round {}x",
+            spread(&bare, 2),
+            spread(&engine, 2),
+            spread(&ratio, 3)
         );
-        compare(&format!("llama.cpp F16 vs our {}", dtype.name()), &theirs, llama_f16.clone());
     }
 
-    // A decode step's cost against the context it attends over. The cache is marked filled to the
-    // context without computing it (its values do not change the work of a step).
-    let step_ms = |context: usize| {
-        let mut cache = model.model.new_cache(context + 9).unwrap();
-        cache.assume_filled(context).unwrap();
-        let mut best = f64::INFINITY;
-        for i in 0..8 {
-            let t = Instant::now();
-            model.model.forward(&mut cache, &[i as u32 + 1]).unwrap();
-            best = best.min(t.elapsed().as_secs_f64() * 1000.0);
-        }
-        best
+    let f32_rounds = {
+        let mut llama = LlamaCpp::start(&ws, &resolved.dir, &prompt, WeightType::F32);
+        side_by_side("engine, F32 weights", &model, &prompt, llama.as_mut())
     };
-    let (short, long) = (step_ms(64), step_ms(4096));
-    println!("decode step at context 64  {short:>7.2} ms, at 4096 {long:>7.2} ms: ratio {:.3}", long / short);
+    let mut llama_f16 = LlamaCpp::start(&ws, &resolved.dir, &prompt, WeightType::F16);
+    for dtype in [WeightDtype::Bf16, WeightDtype::F16] {
+        let half = LoadedModel::load_as(&resolved.dir, dtype).unwrap();
+        let rounds = side_by_side(&format!("engine, {} weights", dtype.name()), &half, &prompt, llama_f16.as_mut());
+        let same = rounds[0].ids == f32_rounds[0].ids;
+        println!("  {} greedy ids {} the F32 ones", dtype.name(), if same { "equal" } else { "differ from" });
+    }
+    drop(llama_f16);
+
+    // A decode step's cost against the context it attends over, steps at the two contexts
+    // alternating. The caches are marked filled to the context without computing it (their
+    // values do not change the work of a step).
+    let filled = |context: usize| {
+        let mut cache = model.model.new_cache(context + STEPS + 1).unwrap();
+        cache.assume_filled(context).unwrap();
+        cache
+    };
+    let (mut short, mut long) = (filled(64), filled(4096));
+    let (short_ms, long_ms) = alternate(
+        || drop(model.model.forward(&mut short, &[1]).unwrap()),
+        || drop(model.model.forward(&mut long, &[1]).unwrap()),
+    );
+    let ratio: Vec<f64> = long_ms.iter().zip(&short_ms).map(|(l, s)| l / s).collect();
+    println!(
+        "decode step at context 64    {} ms, at 4096 {} ms: 4096 / 64 per pair {}",
+        spread(&short_ms, 2),
+        spread(&long_ms, 2),
+        spread(&ratio, 3)
+    );
 
     // Four sessions decoding in one batched step against one session's step, at the same
-    // context: aggregate tokens per second.
-    let decode_step_ms = |streams: usize| {
-        let mut caches: Vec<_> = (0..streams).map(|_| model.model.new_cache(prompt.len() + 16).unwrap()).collect();
-        caches.iter_mut().for_each(|c| c.assume_filled(prompt.len()).unwrap());
-        let mut best = f64::INFINITY;
-        for i in 0..8 {
-            let token = [i as u32 + 1];
-            let mut items: Vec<_> = caches.iter_mut().map(|c| (c, &token[..])).collect();
-            let t = Instant::now();
-            model.model.forward_batch(&mut items).unwrap();
-            best = best.min(t.elapsed().as_secs_f64() * 1000.0);
-        }
-        best
-    };
-    let (one, four) = (decode_step_ms(1), decode_step_ms(4));
+    // context, alternating: aggregate tokens per second.
+    let mut one = filled(prompt.len());
+    let mut four: Vec<_> = (0..4).map(|_| filled(prompt.len())).collect();
+    let (one_ms, four_ms) = alternate(
+        || drop(model.model.forward(&mut one, &[1]).unwrap()),
+        || {
+            let mut items: Vec<_> = four.iter_mut().map(|c| (c, &[1u32][..])).collect();
+            drop(model.model.forward_batch(&mut items).unwrap())
+        },
+    );
+    let ratio: Vec<f64> = one_ms.iter().zip(&four_ms).map(|(o, f)| 4.0 * o / f).collect();
     println!(
-        "batched decode step        1 stream {one:.2} ms, 4 streams {four:.2} ms: aggregate tokens/s {:.3}x",
-        4.0 * one / four
+        "batched decode step          1 stream {} ms, 4 streams {} ms: aggregate tokens/s per pair {}x",
+        spread(&one_ms, 2),
+        spread(&four_ms, 2),
+        spread(&ratio, 3)
     );
 
     let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();
