@@ -177,6 +177,15 @@ fn scratch<R>(len: usize, work: impl FnOnce(&mut [f32]) -> R) -> R {
 /// same order (no fused multiply-add), so the same bits, in vectors twice as wide.
 fn weighted_sums(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx2,avx512f")]
+        unsafe fn avx512(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
+            weighted_sums_with(probs, values, d, out)
+        }
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { avx512(probs, values, d, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
         unsafe fn avx2(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
@@ -427,29 +436,40 @@ mod simd {
     /// Runs `$body` for the activation rows in groups of four, then the leftover group, with
     /// `$r` the group's first row and `$xs` its rows.
     macro_rules! in_fours {
-        ($rows:expr, $x:expr, |$r:ident, $xs:ident| $body:expr) => {{
+        ($rows:expr, $x:expr, $k:expr, |$r:ident, $xs:ident| $body:expr) => {{
             let mut $r = 0;
             while $r + 4 <= $rows {
-                let $xs: [&[f32]; 4] = std::array::from_fn(|i| $x($r + i));
+                let $xs = rows_at::<4>($x, $k, $r);
                 $body;
                 $r += 4;
             }
             match $rows - $r {
                 1 => {
-                    let $xs: [&[f32]; 1] = [$x($r)];
+                    let $xs = rows_at::<1>($x, $k, $r);
                     $body
                 }
                 2 => {
-                    let $xs: [&[f32]; 2] = std::array::from_fn(|i| $x($r + i));
+                    let $xs = rows_at::<2>($x, $k, $r);
                     $body
                 }
                 3 => {
-                    let $xs: [&[f32]; 3] = std::array::from_fn(|i| $x($r + i));
+                    let $xs = rows_at::<3>($x, $k, $r);
                     $body
                 }
                 _ => {}
             }
         }};
+    }
+
+    /// Rows `first..first + R` of `x` (rows of `k`). A plain function rather than closures, which
+    /// measured as calls in the loop over weight rows.
+    #[inline(always)]
+    fn rows_at<const R: usize>(x: &[f32], k: usize, first: usize) -> [&[f32]; R] {
+        let mut out = [&x[..0]; R];
+        for (i, row) in out.iter_mut().enumerate() {
+            *row = &x[(first + i) * k..(first + i + 1) * k];
+        }
+        out
     }
 
     /// `block_<type>::{avx2, avx512}`: [`super::block`] for one weight type through [`dots_256`]
@@ -464,9 +484,8 @@ mod simd {
                 #[target_feature(enable = "avx2,fma")]
                 #[target_feature(enable = $extra)]
                 pub unsafe fn avx2(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    let x = |r: usize| &x[r * k..(r + 1) * k];
                     for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-                        in_fours!(rows, x, |r, xs| {
+                        in_fours!(rows, x, k, |r, xs| {
                             let out = dots_256(wj.as_ptr(), xs, $load8);
                             yt[r..r + out.len()].copy_from_slice(&out);
                         });
@@ -476,9 +495,8 @@ mod simd {
                 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
                 #[target_feature(enable = $extra)]
                 pub unsafe fn avx512(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    let x = |r: usize| &x[r * k..(r + 1) * k];
                     for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-                        in_fours!(rows, x, |r, xs| {
+                        in_fours!(rows, x, k, |r, xs| {
                             let out = dots_512(wj.as_ptr(), xs, $load8, $load16);
                             yt[r..r + out.len()].copy_from_slice(&out);
                         });
