@@ -138,44 +138,41 @@ fn spread(values: &[f64], digits: usize) -> String {
     format!("{median:.digits$} ({lo:.digits$}-{hi:.digits$})")
 }
 
+/// Two alternating series and the ratio of each pair, as [`spread`]s.
+fn pairs(a: &[f64], b: &[f64], ratio: impl Fn(f64, f64) -> f64) -> [String; 3] {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| ratio(*a, *b)).collect();
+    [spread(a, 2), spread(b, 2), spread(&ratios, 3)]
+}
+
 /// `ROUNDS` rounds of ours, each followed by one of llama.cpp's when its worker runs; prints our
 /// medians, and theirs with the per-round speed ratios. Returns our rounds.
 fn side_by_side(label: &str, model: &LoadedModel, prompt: &[u32], mut theirs: Option<&mut LlamaCpp>) -> Vec<Round> {
-    let mut pairs = Vec::new();
+    let mut rounds = Vec::new();
     for _ in 0..ROUNDS {
         let ours = ours(model, prompt);
         let theirs = theirs.as_deref_mut().and_then(LlamaCpp::round);
-        pairs.push((ours, theirs));
+        rounds.push((ours, theirs));
     }
-    let of = |f: fn(&Round) -> f64| pairs.iter().map(|(o, _)| f(o)).collect::<Vec<_>>();
-    println!(
-        "{label:<28} decode {} tokens/s, prefill {} s",
-        spread(&of(|r| r.decode_tps), 2),
-        spread(&of(|r| r.prefill_s), 3)
-    );
-    let both: Vec<(&Round, &Round)> = pairs.iter().filter_map(|(o, t)| Some((o, t.as_ref()?))).collect();
-    if both.len() == ROUNDS {
-        let theirs: Vec<f64> = both.iter().map(|(_, t)| t.decode_tps).collect();
-        let prefill: Vec<f64> = both.iter().map(|(_, t)| t.prefill_s).collect();
-        let decode_ratio: Vec<f64> = both.iter().map(|(o, t)| o.decode_tps / t.decode_tps).collect();
-        let prefill_ratio: Vec<f64> = both.iter().map(|(o, t)| t.prefill_s / o.prefill_s).collect();
-        let (o, t) = both[0];
-        let agree = o.ids.iter().zip(&t.ids).take_while(|(a, b)| a == b).count();
-        println!(
-            "  llama.cpp, same weights    decode {} tokens/s, prefill {} s",
-            spread(&theirs, 2),
-            spread(&prefill, 3)
-        );
-        println!(
-            "  ours / llama.cpp per round decode speed {}x, prefill speed {}x; greedy ids agree on the first {agree} of {}",
-            spread(&decode_ratio, 3),
-            spread(&prefill_ratio, 3),
-            o.ids.len().min(t.ids.len())
-        );
-    } else if theirs.is_some() {
-        println!("  llama.cpp: a round failed; no comparison");
+    let of = |f: fn(&Round) -> f64| rounds.iter().map(|(o, _)| f(o)).collect::<Vec<_>>();
+    let (decode, prefill) = (of(|r| r.decode_tps), of(|r| r.prefill_s));
+    println!("{label:<28} decode {} tokens/s, prefill {} s", spread(&decode, 2), spread(&prefill, 3));
+    match rounds.iter().map(|(_, t)| t.as_ref()).collect::<Option<Vec<&Round>>>() {
+        Some(their_rounds) if theirs.is_some() => {
+            let of = |f: fn(&Round) -> f64| their_rounds.iter().map(|t| f(t)).collect::<Vec<_>>();
+            let [_, their_decode, decode_ratio] = pairs(&decode, &of(|r| r.decode_tps), |o, t| o / t);
+            let [_, their_prefill, prefill_ratio] = pairs(&prefill, &of(|r| r.prefill_s), |o, t| t / o);
+            let (o, t) = (&rounds[0].0, their_rounds[0]);
+            let agree = o.ids.iter().zip(&t.ids).take_while(|(a, b)| a == b).count();
+            println!("  llama.cpp, same weights    decode {their_decode} tokens/s, prefill {their_prefill} s");
+            println!(
+                "  ours / llama.cpp per round decode speed {decode_ratio}x, prefill speed {prefill_ratio}x; greedy ids agree on the first {agree} of {}",
+                o.ids.len().min(t.ids.len())
+            );
+        }
+        _ if theirs.is_some() => println!("  llama.cpp: a round failed; no comparison"),
+        _ => {}
     }
-    pairs.into_iter().map(|(o, _)| o).collect()
+    rounds.into_iter().map(|(o, _)| o).collect()
 }
 
 /// Steps in an alternating step comparison.
@@ -235,12 +232,9 @@ fn main() {
             bare.push(bare_round());
             engine.push(ours(&model, &prompt).decode_tps);
         }
-        let ratio: Vec<f64> = engine.iter().zip(&bare).map(|(e, b)| e / b).collect();
+        let [bare, engine, ratio] = pairs(&bare, &engine, |b, e| e / b);
         println!(
-            "decode, stock candle loop    {} tokens/s; engine {} tokens/s; engine / stock per round {}x",
-            spread(&bare, 2),
-            spread(&engine, 2),
-            spread(&ratio, 3)
+            "decode, stock candle loop    {bare} tokens/s; engine {engine} tokens/s; engine / stock per round {ratio}x"
         );
     }
 
@@ -270,13 +264,8 @@ fn main() {
         || drop(model.model.forward(&mut short, &[1]).unwrap()),
         || drop(model.model.forward(&mut long, &[1]).unwrap()),
     );
-    let ratio: Vec<f64> = long_ms.iter().zip(&short_ms).map(|(l, s)| l / s).collect();
-    println!(
-        "decode step at context 64    {} ms, at 4096 {} ms: 4096 / 64 per pair {}",
-        spread(&short_ms, 2),
-        spread(&long_ms, 2),
-        spread(&ratio, 3)
-    );
+    let [short, long, ratio] = pairs(&short_ms, &long_ms, |s, l| l / s);
+    println!("decode step at context 64    {short} ms, at 4096 {long} ms: 4096 / 64 per pair {ratio}");
 
     // Four sessions decoding in one batched step against one session's step, at the same
     // context, alternating: aggregate tokens per second.
@@ -289,12 +278,9 @@ fn main() {
             drop(model.model.forward_batch(&mut items).unwrap())
         },
     );
-    let ratio: Vec<f64> = one_ms.iter().zip(&four_ms).map(|(o, f)| 4.0 * o / f).collect();
+    let [one, four, ratio] = pairs(&one_ms, &four_ms, |o, f| 4.0 * o / f);
     println!(
-        "batched decode step          1 stream {} ms, 4 streams {} ms: aggregate tokens/s per pair {}x",
-        spread(&one_ms, 2),
-        spread(&four_ms, 2),
-        spread(&ratio, 3)
+        "batched decode step          1 stream {one} ms, 4 streams {four} ms: aggregate tokens/s per pair {ratio}x"
     );
 
     let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();

@@ -352,7 +352,7 @@ mod simd {
         load8: impl Fn(*const W, usize) -> __m256,
     ) -> [f32; R] {
         let len = xs[0].len();
-        let (blocks, eights) = (len / 32 * 32, len / 8 * 8);
+        let blocks = len / 32 * 32;
         let mut acc = [[_mm256_setzero_ps(); 4]; R];
         let mut i = 0;
         while i < blocks {
@@ -367,6 +367,22 @@ mod simd {
             }
             i += 32;
         }
+        end_256(w, xs, acc, blocks, load8)
+    }
+
+    /// The end of a row's dot products after its 32-blocks (element `blocks` on): the whole
+    /// eights left into the first accumulator, the fixed reduction, the scalar tail.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn end_256<W: Weight, const R: usize>(
+        w: *const W,
+        xs: [&[f32]; R],
+        mut acc: [[__m256; 4]; R],
+        blocks: usize,
+        load8: impl Fn(*const W, usize) -> __m256,
+    ) -> [f32; R] {
+        let eights = xs[0].len() / 8 * 8;
+        let mut i = blocks;
         while i < eights {
             let v = load8(w, i);
             for r in 0..R {
@@ -395,7 +411,7 @@ mod simd {
         load16: impl Fn(*const W, usize) -> __m512,
     ) -> [f32; R] {
         let len = xs[0].len();
-        let (blocks, eights) = (len / 32 * 32, len / 8 * 8);
+        let blocks = len / 32 * 32;
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let mut i = 0;
         while i < blocks {
@@ -419,18 +435,7 @@ mod simd {
                 acc8[r][2 * h + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v));
             }
         }
-        while i < eights {
-            let v = load8(w, i);
-            for r in 0..R {
-                acc8[r][0] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xs[r].as_ptr().add(i)), acc8[r][0]);
-            }
-            i += 8;
-        }
-        let mut out = [0f32; R];
-        for r in 0..R {
-            out[r] = finish(acc8[r], w, xs[r], eights);
-        }
-        out
+        end_256(w, xs, acc8, blocks, load8)
     }
 
     /// Runs `$body` for the activation rows in groups of four, then the leftover group, with
