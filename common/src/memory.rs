@@ -48,7 +48,8 @@ fn aligned_copy<T: WithDType>(src: &[T], like: &Tensor) -> Result<Tensor> {
     };
     let address = buf.as_ptr() as usize;
     let offset = (address.next_multiple_of(HUGE_PAGE) - address) / size;
-    advise_huge_pages(&buf[offset..]);
+    // Only whole huge pages of data: a huge page over the data's end would make its padding resident.
+    advise_huge_pages(&buf[offset..offset + src.len()]);
     buf[offset..offset + src.len()].copy_from_slice(src);
     Tensor::from_vec(buf, capacity, like.device())?.narrow(0, offset, src.len())?.reshape(like.shape())
 }
