@@ -1,6 +1,6 @@
 //! The shared start and end of every experiment binary: read the manifest, find and verify the
 //! model, load it; at the end, stamp provenance and write the artifact. An experiment's `main`
-//! is then args, [`prepare`], its own measurement, [`Prepared::finish`].
+//! is then args, [`prepare`], its own measurement, [`Prepared::provenance`] and [`Prepared::write`].
 
 use crate::artifact::{self, ArtifactError};
 use crate::load::{LoadError, LoadedModel};
