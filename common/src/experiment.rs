@@ -150,8 +150,8 @@ impl<P, E> Prepared<P, E> {
     }
 
     /// Where the artifact goes: `--out`, or `artifacts/<experiment>/<manifest>/<run_id>.json`
-    /// (`unpinned` in place of the manifest for `--model-dir` runs; `<manifest>-f16` with F16
-    /// weights, so reduced-precision results never sit among the F32 ones).
+    /// (`unpinned` in place of the manifest for `--model-dir` runs; `<manifest>-<dtype>` with
+    /// half-precision weights, so reduced-precision results never sit among the F32 ones).
     pub fn artifact_path(&self, out: Option<&PathBuf>) -> PathBuf {
         out.cloned().unwrap_or_else(|| {
             let mut folder = self.manifest.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "unpinned".into());

@@ -78,34 +78,34 @@ impl Proj {
 
     /// `x` is `rows × in` (F32); returns `rows × out`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (rows, k) = x.dims2()?;
-        let y = if rows <= kernel::MAX_ROWS {
-            let xs = x.flatten_all()?.to_vec1::<f32>()?;
-            let (storage, layout) = self.w.storage_and_layout();
-            let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
-            match &*storage {
-                Storage::Cpu(CpuStorage::F32(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
-                Storage::Cpu(CpuStorage::F16(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
-                Storage::Cpu(CpuStorage::BF16(w)) => kernel::linear(&w[start..end], self.bias.as_deref(), &xs, rows, k),
-                _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
-            }
-        } else {
-            // Candle's blocked multiply; half-precision weights are widened for it a block of
-            // rows at a time (F32 accumulation either way; the block stays in cache for the
-            // product and no full-size copy is ever allocated).
-            let (storage, layout) = self.w.storage_and_layout();
-            let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
-            let mut y = match &*storage {
-                Storage::Cpu(CpuStorage::F16(w)) => widened_product(&w[start..end], x, self.out)?,
-                Storage::Cpu(CpuStorage::BF16(w)) => widened_product(&w[start..end], x, self.out)?,
-                _ => x.matmul(&self.w.t()?)?.flatten_all()?.to_vec1::<f32>()?,
-            };
-            if let Some(b) = &self.bias {
-                y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
-            }
-            y
+        let (storage, layout) = self.w.storage_and_layout();
+        let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
+        let y = match &*storage {
+            Storage::Cpu(CpuStorage::F32(w)) => self.product(&w[start..end], x)?,
+            Storage::Cpu(CpuStorage::F16(w)) => self.product(&w[start..end], x)?,
+            Storage::Cpu(CpuStorage::BF16(w)) => self.product(&w[start..end], x)?,
+            _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
         };
-        Tensor::from_vec(y, (rows, self.out), x.device())
+        Tensor::from_vec(y, (x.dim(0)?, self.out), x.device())
+    }
+
+    /// [`Self::forward`] over the weights as stored (`w` is `self.w`'s data).
+    fn product<W: kernel::Weight>(&self, w: &[W], x: &Tensor) -> Result<Vec<f32>> {
+        let (rows, k) = x.dims2()?;
+        if rows <= kernel::MAX_ROWS {
+            return Ok(kernel::linear(w, self.bias.as_deref(), &x.flatten_all()?.to_vec1::<f32>()?, rows, k));
+        }
+        // Candle's blocked multiply; half-precision weights are widened for it a block of rows at
+        // a time (F32 accumulation either way; the block stays in cache for the product and no
+        // full-size copy is ever allocated).
+        let mut y = match self.w.dtype() {
+            DType::F32 => x.matmul(&self.w.t()?)?.flatten_all()?.to_vec1::<f32>()?,
+            _ => widened_product(w, x, self.out)?,
+        };
+        if let Some(b) = &self.bias {
+            y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
+        }
+        Ok(y)
     }
 
     fn bytes(&self) -> usize {

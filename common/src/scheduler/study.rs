@@ -302,33 +302,36 @@ pub fn consistency(runs: &[RunRecord]) -> (bool, Vec<String>) {
 
 /// Median and spread over rounds, per run configuration and request.
 pub fn summarize_runs(runs: &[RunRecord]) -> Vec<SummaryRow> {
-    let mut groups: BTreeMap<(String, Option<usize>, usize, String), Vec<&RequestRecord>> = BTreeMap::new();
-    let mut order = Vec::new();
-    for run in runs {
-        for req in &run.requests {
-            let key = (run.policy.name().to_string(), run.chunk_size, run.max_active, req.id.clone());
-            if !groups.contains_key(&key) {
-                order.push((key.clone(), run.policy));
-            }
-            groups.entry(key).or_default().push(req);
-        }
-    }
-    order
+    let requests = runs.iter().flat_map(|run| {
+        run.requests.iter().map(move |req| ((run.policy, run.chunk_size, run.max_active, req.id.clone()), req))
+    });
+    in_first_appearance_order(requests)
         .into_iter()
-        .map(|(key, policy)| {
-            let reqs = &groups[&key];
+        .map(|((policy, chunk_size, max_active, id), reqs)| {
             let pick = |f: fn(&RequestRecord) -> f64| summarize(&reqs.iter().map(|r| f(r)).collect::<Vec<_>>());
             SummaryRow {
                 policy,
-                chunk_size: key.1,
-                max_active: key.2,
-                id: key.3.clone(),
+                chunk_size,
+                max_active,
+                id,
                 ttft_ms: pick(|r| r.ttft_ms),
                 completion_ms: pick(|r| r.completion_ms),
                 max_gap_ms: pick(|r| r.max_gap_ms),
             }
         })
         .collect()
+}
+
+/// Items grouped by key, the groups in the order their keys first appear.
+fn in_first_appearance_order<K: PartialEq, T>(items: impl IntoIterator<Item = (K, T)>) -> Vec<(K, Vec<T>)> {
+    let mut groups: Vec<(K, Vec<T>)> = Vec::new();
+    for (key, item) in items {
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => g.1.push(item),
+            None => groups.push((key, vec![item])),
+        }
+    }
+    groups
 }
 
 /// A run's generated tokens per second of its wall time, rounded to the thousandth.
@@ -344,18 +347,9 @@ pub fn output_tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
 /// Median and spread over rounds of each run configuration's throughput and wall time, in the
 /// order the configurations first appear.
 pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
-    type Config = (Policy, Option<usize>, usize);
-    let mut groups: Vec<(Config, Vec<&RunRecord>)> = Vec::new();
-    for run in runs {
-        let key = (run.policy, run.chunk_size, run.max_active);
-        match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => g.1.push(run),
-            None => groups.push((key, vec![run])),
-        }
-    }
     let spread =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| summarize(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
-    groups
+    in_first_appearance_order(runs.iter().map(|run| ((run.policy, run.chunk_size, run.max_active), run)))
         .into_iter()
         .map(|((policy, chunk_size, max_active), runs)| ThroughputRow {
             policy,
