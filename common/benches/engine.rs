@@ -20,7 +20,7 @@ use candle_core::Tensor;
 use common::engine::Session;
 use common::gguf::WeightType;
 use common::load::LoadedModel;
-use common::qwen::WeightDtype;
+use common::qwen::{Cache, WeightDtype};
 use common::resolve::{resolve, ResolveOptions};
 use common::scheduler::study::Parameters;
 use common::scheduler::{self, Job};
@@ -259,11 +259,14 @@ fn main() {
         cache.assume_filled(context).unwrap();
         cache
     };
+    // A decode step as the engine runs it: the greedy id through the head's screen.
+    let decode = |caches: Vec<&mut Cache>| {
+        let wanted = vec![true; caches.len()];
+        let mut items: Vec<_> = caches.into_iter().map(|c| (c, &[1u32][..])).collect();
+        drop(model.model.greedy_batch(&mut items, &wanted).unwrap())
+    };
     let (mut short, mut long) = (filled(64), filled(4096));
-    let (short_ms, long_ms) = alternate(
-        || drop(model.model.forward(&mut short, &[1]).unwrap()),
-        || drop(model.model.forward(&mut long, &[1]).unwrap()),
-    );
+    let (short_ms, long_ms) = alternate(|| decode(vec![&mut short]), || decode(vec![&mut long]));
     let [short, long, ratio] = pairs(&short_ms, &long_ms, |s, l| l / s);
     println!("decode step at context 64    {short} ms, at 4096 {long} ms: 4096 / 64 per pair {ratio}");
 
@@ -271,13 +274,7 @@ fn main() {
     // context, alternating: aggregate tokens per second.
     let mut one = filled(prompt.len());
     let mut four: Vec<_> = (0..4).map(|_| filled(prompt.len())).collect();
-    let (one_ms, four_ms) = alternate(
-        || drop(model.model.forward(&mut one, &[1]).unwrap()),
-        || {
-            let mut items: Vec<_> = four.iter_mut().map(|c| (c, &[1u32][..])).collect();
-            drop(model.model.forward_batch(&mut items).unwrap())
-        },
-    );
+    let (one_ms, four_ms) = alternate(|| decode(vec![&mut one]), || decode(four.iter_mut().collect()));
     let [one, four, ratio] = pairs(&one_ms, &four_ms, |o, f| 4.0 * o / f);
     println!(
         "batched decode step          1 stream {one} ms, 4 streams {four} ms: aggregate tokens/s per pair {ratio}x"

@@ -2,7 +2,8 @@
 //! a time by whoever schedules it.
 //!
 //! A step is either a prefill chunk of the prompt (any length, at its position offset) or one
-//! decode token. Decoding is greedy. Sessions share the model's weights and each owns a KV cache
+//! decode token. Decoding is greedy: a step asks the model for ids, not logits, and a prefill
+//! chunk that does not end its prompt skips the head. Sessions share the model's weights and each owns a KV cache
 //! allocated once for its whole length (prompt plus cap), so sessions are independent and a
 //! step never copies the cache.
 
@@ -144,15 +145,21 @@ impl Session {
         }
     }
 
-    /// Takes the step's logits (of its last position) and records what they produce.
-    fn accept(&mut self, plan: Plan, logits: &[f32]) -> StepOutcome {
-        let token = match plan.kind {
-            StepKind::Prefill => {
-                self.prefilled += plan.tokens;
-                (self.prefilled == self.prompt.len()).then(|| argmax(logits))
-            }
-            StepKind::Decode => Some(argmax(logits)),
-        };
+    /// Whether the step `plan` generates a token: every decode step does, and the prefill chunk
+    /// that ends the prompt.
+    fn produces_token(&self, plan: &Plan) -> bool {
+        match plan.kind {
+            StepKind::Prefill => plan.position + plan.tokens == self.prompt.len(),
+            StepKind::Decode => true,
+        }
+    }
+
+    /// Records the step `plan` and the token it generated (its greedy id, when it produces one).
+    fn accept(&mut self, plan: Plan, token: Option<u32>) -> StepOutcome {
+        debug_assert_eq!(token.is_some(), self.produces_token(&plan));
+        if plan.kind == StepKind::Prefill {
+            self.prefilled += plan.tokens;
+        }
         if let Some(t) = token {
             self.output.push(t);
             if self.stop_ids.contains(&t) {
@@ -182,7 +189,8 @@ pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Re
     let Some(model) = sessions.first().map(|s| s.model.clone()) else { return Ok(Vec::new()) };
     debug_assert!(sessions.iter().all(|s| Arc::ptr_eq(&s.model, &model)), "sessions of different models");
     let plans: Vec<Plan> = sessions.iter().zip(chunks).map(|(s, c)| s.plan(*c)).collect();
-    let logits = {
+    let wanted: Vec<bool> = sessions.iter().zip(&plans).map(|(s, plan)| s.produces_token(plan)).collect();
+    let tokens = {
         let mut items: Vec<(&mut Cache, &[u32])> = sessions
             .iter_mut()
             .zip(&plans)
@@ -195,25 +203,7 @@ pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Re
                 (cache, input)
             })
             .collect();
-        model.forward_batch(&mut items)?
+        model.greedy_batch(&mut items, &wanted)?
     };
-    let vocab = logits.dim(1)?;
-    let values: Vec<f32> = logits.flatten_all()?.to_vec1()?;
-    Ok(sessions
-        .iter_mut()
-        .zip(plans)
-        .zip(values.chunks_exact(vocab))
-        .map(|((s, plan), row)| s.accept(plan, row))
-        .collect())
-}
-
-/// Greedy choice: the first index of the largest logit, as torch.argmax picks it.
-fn argmax(values: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, v) in values.iter().enumerate() {
-        if *v > values[best] {
-            best = i;
-        }
-    }
-    best as u32
+    Ok(sessions.iter_mut().zip(plans).zip(tokens).map(|((s, plan), token)| s.accept(plan, token)).collect())
 }

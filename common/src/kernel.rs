@@ -64,6 +64,12 @@ macro_rules! weight {
 weight!(f32, block_f32, needs_f16c: false, |v| v, |src, dst| dst.copy_from_slice(src));
 weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
 weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
+// Eight-bit integers: the quantized copy of the head that screens the greedy choice
+// (`crate::greedy`). Widening is exact, so the same dot-product bounds hold.
+weight!(i8, block_i8, needs_f16c: false, |v| f32::from(v), |src, dst| dst
+    .iter_mut()
+    .zip(src)
+    .for_each(|(d, s)| *d = f32::from(*s)));
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight as stored),
 /// `y` is `rows × out`, all row-major.
@@ -92,6 +98,17 @@ pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, 
             };
         }
     }
+    y
+}
+
+/// `w[j] · x` for the weight rows `js` only (`x` one row of `k`): the same bits as the `j`th
+/// output of [`linear`] without bias, since each output depends only on its own rows.
+pub fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> Vec<f32> {
+    assert!(x.len() == k && js.iter().all(|j| (j + 1) * k <= w.len()), "selected_rows: shapes do not agree");
+    let mut y = vec![0f32; js.len()];
+    y.par_iter_mut().zip(js).with_min_len(BLOCK).for_each(|(y, j)| {
+        products(&w[j * k..(j + 1) * k], k, x, 1, std::slice::from_mut(y));
+    });
     y
 }
 
@@ -548,6 +565,14 @@ mod simd {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(halves))
         }
     );
+    // Sign-extend to 32-bit integers, then convert (exact for every eight-bit value).
+    block_for!(
+        block_i8,
+        i8,
+        "avx",
+        |p: *const i8, i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(i) as *const __m128i))),
+        |p: *const i8, i| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(i) as *const __m128i)))
+    );
 }
 
 #[cfg(test)]
@@ -598,6 +623,15 @@ mod tests {
     }
 
     #[test]
+    fn selected_rows_give_the_full_products_bits() {
+        let (out, k) = (100, 200);
+        let (w, x) = (data(out * k, 17), data(k, 18));
+        let full = linear(&w, None, &x, 1, k);
+        let js = [0, 31, 32, 57, 99];
+        assert_eq!(selected_rows(&w, k, &x, &js), js.map(|j| full[j]));
+    }
+
+    #[test]
     fn the_portable_path_agrees_with_the_simd_path_within_rounding() {
         let (out, k, rows) = (9, 75, 3);
         let (w, x) = (data(out * k, 8), data(rows * k, 9));
@@ -623,8 +657,10 @@ mod tests {
         for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
             let (w, x) = (data(out * k, 15), data(rows * k, 16));
             let (w16, wb16): (Vec<f16>, Vec<bf16>) = w.iter().map(|v| (f16::from_f32(*v), bf16::from_f32(*v))).unzip();
-            use simd::{block_bf16, block_f16, block_f32};
+            let w8: Vec<i8> = w.iter().map(|v| (v * 127.0) as i8).collect();
+            use simd::{block_bf16, block_f16, block_f32, block_i8};
             same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
+            same_bits((block_i8::avx2, block_i8::avx512), &w8, k, &x, "i8");
             same_bits((block_f16::avx2, block_f16::avx512), &w16, k, &x, "f16");
             same_bits((block_bf16::avx2, block_bf16::avx512), &wb16, k, &x, "bf16");
         }

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod experiment;
 pub mod generate;
 pub mod gguf;
+pub mod greedy;
 pub mod kernel;
 pub mod load;
 pub mod manifest;

@@ -12,8 +12,11 @@
 //! every output depends only on its own row, so a session's logits are bit-identical whether it
 //! steps alone or batched with others. Larger products (prefill chunks) use candle's matrix
 //! multiply; norms, rotary embedding and softmax are candle's, per row. Greedy ids equal those of
-//! transformers (tests check it).
+//! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::greedy_batch`], what
+//! the engine runs) reads the head through its screen ([`crate::greedy`]): the same ids, for a
+//! quarter of the head's bytes in F32.
 
+use crate::greedy::{self, Screen};
 use crate::{kernel, memory};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
 use candle_nn::VarBuilder;
@@ -62,31 +65,73 @@ impl WeightDtype {
     }
 }
 
+/// Runs `$body` with `$w` bound to the data of `$t` (a contiguous weight tensor on the CPU) as
+/// stored: each arm instantiates the generic code in `$body` for its element type.
+macro_rules! with_weights {
+    ($t:expr, |$w:ident| $body:expr) => {{
+        let (storage, layout) = $t.storage_and_layout();
+        let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
+        match &*storage {
+            Storage::Cpu(CpuStorage::F32(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            Storage::Cpu(CpuStorage::F16(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            Storage::Cpu(CpuStorage::BF16(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
+        }
+    }};
+}
+
 /// A linear layer: weight `out × in` as stored, bias kept in F32.
 struct Proj {
     w: Tensor,
     bias: Option<Vec<f32>>,
     out: usize,
+    /// For the head: the quantized copy that finds greedy ids without every logit.
+    screen: Option<Screen>,
 }
 
 impl Proj {
     fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype) -> Result<Self> {
         let out = w.dim(0)?;
         let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, bias, out })
+        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, bias, out, screen: None })
+    }
+
+    /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite).
+    fn screened(mut self) -> Result<Self> {
+        assert!(self.bias.is_none(), "a screen bounds products without bias");
+        let k = self.w.dim(1)?;
+        self.screen = with_weights!(self.w, |w| Screen::new(w, k));
+        Ok(self)
     }
 
     /// `x` is `rows × in` (F32); returns `rows × out`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (storage, layout) = self.w.storage_and_layout();
-        let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
-        let y = match &*storage {
-            Storage::Cpu(CpuStorage::F32(w)) => self.product(&w[start..end], x)?,
-            Storage::Cpu(CpuStorage::F16(w)) => self.product(&w[start..end], x)?,
-            Storage::Cpu(CpuStorage::BF16(w)) => self.product(&w[start..end], x)?,
-            _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
-        };
+        let y = with_weights!(self.w, |w| self.product(w, x)?);
         Tensor::from_vec(y, (x.dim(0)?, self.out), x.device())
+    }
+
+    /// For each row of `x` (`rows × in`, F32), the first index of the largest output: through
+    /// the screen where there is one and it holds, else from the row's full product.
+    fn greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
+        let (rows, k) = x.dims2()?;
+        let x = x.flatten_all()?.to_vec1::<f32>()?;
+        with_weights!(self.w, |w| {
+            let screened = match &self.screen {
+                Some(screen) => screen.argmax(w, &x),
+                None => vec![None; rows],
+            };
+            let full = |x: &[f32]| greedy::argmax(&kernel::linear(w, self.bias.as_deref(), x, 1, k));
+            Ok(screened.into_iter().zip(x.chunks_exact(k)).map(|(id, x)| id.unwrap_or_else(|| full(x))).collect())
+        })
     }
 
     /// [`Self::forward`] over the weights as stored (`w` is `self.w`'s data).
@@ -108,6 +153,7 @@ impl Proj {
         Ok(y)
     }
 
+    /// Bytes of the weights (not the screen's copy).
     fn bytes(&self) -> usize {
         self.w.elem_count() * self.w.dtype().size_in_bytes()
     }
@@ -241,7 +287,8 @@ impl Qwen2 {
             Proj::new(embed.clone(), None, dtype)?
         } else {
             Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype)?
-        };
+        }
+        .screened()?;
         // Tied embeddings share the head's (possibly converted) storage.
         let embed = if tied { lm_head.w.clone() } else { embed.to_dtype(dtype.dtype())? };
         // The rotary tables as candle-transformers computes them (same values, same ids).
@@ -309,10 +356,32 @@ impl Qwen2 {
     /// position. Projections and the MLP see all rows at once (each weight is read once for the
     /// whole batch); attention runs per item against its own cache.
     pub fn forward_batch(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
-        kernel::on_pool(|| self.forward_on_pool(items))
+        kernel::on_pool(|| self.lm_head.forward(&self.last_hidden(items)?))
     }
 
-    fn forward_on_pool(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+    /// One forward as [`Self::forward_batch`], returning the greedy id of each item's last
+    /// position (the first index of its largest logit, as over the logits), or None for items
+    /// whose `wanted` entry is false: a prefill chunk that does not end its prompt needs no head.
+    /// The head is read through its screen ([`crate::greedy`]): the same ids, without computing
+    /// every logit.
+    pub fn greedy_batch(&self, items: &mut [(&mut Cache, &[u32])], wanted: &[bool]) -> Result<Vec<Option<u32>>> {
+        assert_eq!(items.len(), wanted.len(), "one `wanted` per item");
+        kernel::on_pool(|| {
+            let last = self.last_hidden(items)?;
+            let picked: Vec<u32> = (0..items.len() as u32).filter(|i| wanted[*i as usize]).collect();
+            if picked.is_empty() {
+                return Ok(vec![None; items.len()]);
+            }
+            let mut ids =
+                self.lm_head.greedy(&last.index_select(&Tensor::new(picked.as_slice(), &self.device)?, 0)?)?;
+            ids.reverse();
+            Ok(wanted.iter().map(|w| if *w { ids.pop() } else { None }).collect())
+        })
+    }
+
+    /// Runs the layers over every item's ids (appending to the caches) and returns the final
+    /// norm of each item's last position, `items × hidden`: the head's input.
+    fn last_hidden(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
         let mut positions = Vec::new();
         for (cache, ids) in items.iter() {
             let (pos, n) = (cache.len, ids.len());
@@ -362,8 +431,7 @@ impl Qwen2 {
             end += ids.len();
             last.push(x.narrow(0, end - 1, 1)?);
         }
-        let last = candle_nn::ops::rms_norm(&Tensor::cat(&last, 0)?, &self.norm, self.eps)?;
-        self.lm_head.forward(&last)
+        candle_nn::ops::rms_norm(&Tensor::cat(&last, 0)?, &self.norm, self.eps)
     }
 
     /// The causal mask of `n` new rows at `pos`: row i sees positions 0..=pos+i. None for a

@@ -5,6 +5,7 @@
 mod support;
 
 use common::engine::{step_batch, Session, StepKind};
+use common::greedy;
 use common::load::LoadedModel;
 use common::policy::Policy;
 use common::qwen::WeightDtype;
@@ -49,6 +50,37 @@ fn one_forward_over_sessions_at_different_positions_gives_each_its_serial_logits
     let first: Vec<f32> = qwen.forward(&mut solo, &prompts[0]).unwrap().to_vec1().unwrap();
     let argmax = |v: &[f32]| v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
     assert_eq!(argmax(&mixed[0]), argmax(&first), "the prefill chunk's next token");
+}
+
+#[test]
+fn greedy_ids_through_the_screen_are_the_first_largest_of_each_sessions_own_logits() {
+    for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
+        let model = LoadedModel::load_as(&support::tiny_dir(), dtype).unwrap();
+        let qwen = &model.model;
+        // Ten distinct sessions: more rows than one kernel product takes, so the batch's head
+        // input would go through the blocked multiply if the screen did not decide it.
+        let base = prompts(&model);
+        let prompts: Vec<Vec<u32>> = (0..10u32).map(|i| [&base[i as usize % 3][..], &[i + 5]].concat()).collect();
+        let mut solo: Vec<_> = prompts.iter().map(|p| qwen.new_cache(p.len() + 4).unwrap()).collect();
+        let mut batch: Vec<_> = prompts.iter().map(|p| qwen.new_cache(p.len() + 4).unwrap()).collect();
+        let mut inputs = prompts.clone();
+        for step in 0..4 {
+            let expected: Vec<u32> = solo
+                .iter_mut()
+                .zip(&inputs)
+                .map(|(c, ids)| greedy::argmax(&qwen.forward(c, ids).unwrap().to_vec1::<f32>().unwrap()))
+                .collect();
+            let mut items: Vec<_> = batch.iter_mut().zip(&inputs).map(|(c, ids)| (c, &ids[..])).collect();
+            // The second session's step is marked as needing no token: it advances all the same.
+            let wanted: Vec<bool> = (0..10).map(|i| i != 1).collect();
+            let ids = qwen.greedy_batch(&mut items, &wanted).unwrap();
+            assert_eq!(ids[1], None);
+            for (i, (id, e)) in ids.iter().zip(&expected).enumerate().filter(|(i, _)| *i != 1) {
+                assert_eq!(*id, Some(*e), "{dtype:?} step {step} session {i}");
+            }
+            inputs = expected.iter().map(|e| vec![*e]).collect();
+        }
+    }
 }
 
 #[test]
