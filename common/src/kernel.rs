@@ -131,36 +131,33 @@ pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
     out
 }
 
-/// Attention of one new position over a cache, for every query head: `q` is `heads × d`, `k`
-/// and `v` are one layer's cache, `kv_heads × capacity × d`, filled up to `len` (the new
-/// position included). Returns `heads × d`.
+/// Attention of one new position over a cache, for every query head: `q` is `heads × d`; `k` is
+/// one layer's keys stored transposed, `kv_heads × d × capacity` (per KV head, one row per
+/// dimension, positions along it); `v` its values, `kv_heads × capacity × d`; both filled up to
+/// `len` positions (the new one included). Returns `heads × d`.
 ///
 /// Why not candle's matmul and softmax: for a single query row they cost several times the
 /// bytes they read, so a decode step grew ~30% slower from context 64 to 4096. Here each KV
-/// head's keys and values are read once for the query heads that share it, the scores come from
-/// the same dot-product kernel as the projections, and the softmax is candle's arithmetic
-/// (max, exp of the difference, sum, divide).
+/// head's keys and values are read once for the query heads that share it, in tiles that stay
+/// in L1 across those heads. Keys are stored transposed so that a query's scores are vector
+/// operations over positions ([`scores`]), like the weighted sums of the values over dimensions
+/// ([`weighted_sums`]); with the keys as rows, every score was a dot product of 64 values ending in
+/// its own horizontal sum, which cost more than the multiplies. The softmax runs in vector
+/// registers too ([`softmax`]).
 pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale: f32) -> Vec<f32> {
     let AttentionShape { heads, kv_heads, capacity, len, d } = shape;
     let groups = heads / kv_heads;
     assert!(q.len() == heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len() && len <= capacity);
     let mut out = vec![0f32; heads * d];
     out.par_chunks_mut(groups * d).enumerate().for_each(|(h, out)| {
-        let keys = &k[h * capacity * d..(h * capacity + len) * d];
+        // Row i of the keys is dimension i at every position: the first `len` of each row count.
+        let keys = &k[h * d * capacity..(h + 1) * d * capacity - (capacity - len)];
         let values = &v[h * capacity * d..(h * capacity + len) * d];
         let q = &q[h * groups * d..(h + 1) * groups * d];
-        scratch(2 * len * groups, |buf| {
-            // scores[j][g]: position j against query head g of this group.
-            let (scores, probs) = buf.split_at_mut(len * groups);
-            products(keys, d, q, groups, scores);
-            // probs[g][j]: candle's softmax arithmetic, per query head.
-            for (g, p) in probs.chunks_exact_mut(len).enumerate() {
-                p.iter_mut().zip(scores.iter().skip(g).step_by(groups)).for_each(|(p, s)| *p = s * scale);
-                let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                p.iter_mut().for_each(|p| *p = (*p - max).exp());
-                let sum: f32 = p.iter().sum();
-                p.iter_mut().for_each(|p| *p /= sum);
-            }
+        scratch(len * groups, |probs| {
+            // probs[g][j]: query head g's score at position j, then its softmax over the positions.
+            scores(q, keys, capacity, scale, probs);
+            probs.chunks_exact_mut(len).for_each(softmax);
             weighted_sums(probs, values, d, out);
         });
     });
@@ -183,64 +180,172 @@ fn scratch<R>(len: usize, work: impl FnOnce(&mut [f32]) -> R) -> R {
     })
 }
 
-/// `out[g] = Σ_j probs[g][j] · values[j]` for every query head `g` of a group, each output
-/// element summed in position order, a multiply then an add (the plain loop's arithmetic).
-///
-/// Why tiles: the plain loop stores every output after every position and reads all the values
-/// once per query head. Here a tile of positions' values stays in L1 for all the heads, and a
-/// slice of outputs stays in registers across the tile.
-///
-/// Compiled three times, plain, for AVX2 and for AVX-512, chosen at run time: the same operations
-/// in the same order (no fused multiply-add), so the same bits, in wider vectors.
-fn weighted_sums(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        #[target_feature(enable = "avx2,avx512f")]
-        unsafe fn avx512(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
-            weighted_sums_with(probs, values, d, out)
+/// Defines `$name` as the function `$with` compiled three times, plain, for AVX2 (with FMA) and
+/// for AVX-512, and chosen at run time. `$with` is written in plain loops that the compiler turns
+/// into vector code, so the three builds do the same operations in the same order and give the
+/// same bits, in wider vectors: the compiler never fuses a multiply and an add by itself, and a
+/// written `mul_add` rounds once in every build (an FMA instruction, or libm's `fmaf` in the
+/// plain build).
+macro_rules! compiled_for_vectors {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $with:ident) => {
+        $(#[$doc])*
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
+                #[target_feature(enable = "avx2,fma,avx512f")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $with($($arg),*)
+                }
+                // SAFETY: the CPU has AVX-512F and FMA (checked above).
+                return unsafe { avx512($($arg),*) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    $with($($arg),*)
+                }
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                return unsafe { avx2($($arg),*) };
+            }
+            $with($($arg),*)
         }
-        // SAFETY: the CPU has AVX-512F (checked above).
-        return unsafe { avx512(probs, values, d, out) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
-            weighted_sums_with(probs, values, d, out)
+    };
+}
+
+compiled_for_vectors!(
+    /// `out[g] = Σ_j probs[g][j] · values[j]` for every query head `g` of a group, each output
+    /// element summed in position order by fused multiply-adds.
+    ///
+    /// Why tiles: the plain loop stores every output after every position and reads all the
+    /// values once per query head. Here a tile of positions' values stays in L1 for all the
+    /// heads, and a slice of outputs stays in registers across the tile.
+    fn weighted_sums(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) => weighted_sums_with
+);
+
+compiled_for_vectors!(
+    /// Softmax of `p` in place: the largest value, the exponential of each value's difference to
+    /// it ([`exp`]), their sum, and each divided by the sum; the largest and the sum kept in
+    /// sixteen lanes. Why not libm's `exp` in a scalar loop, as candle does: at context 4096 that
+    /// loop was a quarter of attention's time; here it is vector code.
+    fn softmax(p: &mut [f32]) => softmax_with
+);
+
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the lanes, as in the prose
+fn softmax_with(p: &mut [f32]) {
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    for c in p.chunks_exact(L) {
+        for l in 0..L {
+            lanes[l] = lanes[l].max(c[l]);
         }
-        // SAFETY: the CPU has AVX2 (checked above).
-        return unsafe { avx2(probs, values, d, out) };
     }
-    weighted_sums_with(probs, values, d, out)
+    let tail = p.len() / L * L;
+    let max = lanes.iter().chain(&p[tail..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let mut sums = [0f32; L];
+    for c in p.chunks_exact_mut(L) {
+        for l in 0..L {
+            c[l] = exp(c[l] - max);
+            sums[l] += c[l];
+        }
+    }
+    let mut sum = sums.iter().sum::<f32>();
+    for v in &mut p[tail..] {
+        *v = exp(*v - max);
+        sum += *v;
+    }
+    p.iter_mut().for_each(|v| *v /= sum);
+}
+
+/// `eˣ` in F32, within two units in the last place of the exact value, from operations a vector
+/// unit has (so a loop over it compiles to vector code). Results below F32's normal range
+/// (x < -87.6) are zero: in a softmax, whose largest term is 1, that changes nothing.
+///
+/// How: x = n·ln 2 + r with n whole and |r| ≤ ln 2 / 2 (ln 2 in two parts, the first short
+/// enough that n times it is exact), eʳ from its Taylor series to r⁷ (the rest is below 6e-9
+/// of it), and 2ⁿ written straight into an F32's exponent bits.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4; // 355/512: nine significant bits
+    const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 - LN2_HI
+    let clamped = x.clamp(-87.6, 88.0);
+    let n = (clamped * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = (clamped - n * LN2_HI) - n * LN2_LO;
+    let mut e = 1.0 / 5040.0;
+    for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        e = e * r + c;
+    }
+    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if x.is_nan() {
+        x
+    } else if x < -87.6 {
+        0.0
+    } else {
+        e * two_n
+    }
+}
+
+compiled_for_vectors!(
+    /// `probs[g][j] = scale · Σ_i q[g][i] · keys[i][j]`: every query head `g`'s score at every
+    /// position `j`, the keys' rows `stride` apart (`keys[i]` is dimension `i` at each position);
+    /// each summed in dimension order by fused multiply-adds, then scaled.
+    fn scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, probs: &mut [f32]) => scores_with
+);
+
+#[inline(always)]
+fn scores_with(q: &[f32], keys: &[f32], stride: usize, scale: f32, probs: &mut [f32]) {
+    let d = keys.len().div_ceil(stride);
+    let len = probs.len() / (q.len() / d);
+    for first in (0..len).step_by(2 * TILE) {
+        let last = (first + 2 * TILE).min(len);
+        for (q, p) in q.chunks_exact(d).zip(probs.chunks_exact_mut(len)) {
+            let p = &mut p[first..last];
+            p.fill(0.0);
+            in_slices(q, &keys[first..], stride, p);
+            p.iter_mut().for_each(|p| *p *= scale);
+        }
+    }
 }
 
 #[inline(always)]
 fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
-    const TILE: usize = 64;
     let len = values.len() / d;
     for first in (0..len).step_by(TILE) {
         let last = (first + TILE).min(len);
         let tile = &values[first * d..last * d];
         for (p, out) in probs.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
-            let p = &p[first..last];
-            // Wide slices first: sixty-four outputs are eight independent add chains (the adds'
-            // latency, not their count, bounds a narrower slice).
-            let c = accumulate::<64>(p, tile, d, 0, out);
-            let c = accumulate::<16>(p, tile, d, c, out);
-            accumulate::<1>(p, tile, d, c, out);
+            in_slices(&p[first..last], tile, d, out);
         }
     }
 }
 
-/// [`weighted_sums`] for outputs `c..` of one head in slices of `L`, the slice in registers
-/// across the tile. Returns where the whole slices end.
+/// Positions per tile of the weighted sums, and of the scores: the tile's values (or keys) stay
+/// in L1 for every query head of their group.
+const TILE: usize = 64;
+
+/// `out[c] += Σ_t coefs[t] · rows[t · stride + c]` for every `c`, each in `t` order by fused
+/// multiply-adds: the shared
+/// inner loop of [`scores`] and [`weighted_sums`]. Wide slices of outputs first, each held in
+/// registers across all the rows: sixty-four outputs are eight independent add chains (the
+/// adds' latency, not their count, bounds a narrower slice).
 #[inline(always)]
-fn accumulate<const L: usize>(p: &[f32], tile: &[f32], d: usize, mut c: usize, out: &mut [f32]) -> usize {
-    while c + L <= d {
+fn in_slices(coefs: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    let c = accumulate::<128>(coefs, rows, stride, 0, out);
+    let c = accumulate::<64>(coefs, rows, stride, c, out);
+    let c = accumulate::<16>(coefs, rows, stride, c, out);
+    accumulate::<1>(coefs, rows, stride, c, out);
+}
+
+/// [`in_slices`] for outputs `c..` in slices of `L`. Returns where the whole slices end.
+#[inline(always)]
+fn accumulate<const L: usize>(coefs: &[f32], rows: &[f32], stride: usize, mut c: usize, out: &mut [f32]) -> usize {
+    while c + L <= out.len() {
         let mut acc: [f32; L] = out[c..c + L].try_into().expect("L outputs");
-        for (p, v) in p.iter().zip(tile.chunks_exact(d)) {
-            for (a, x) in acc.iter_mut().zip(&v[c..c + L]) {
-                *a += p * x;
+        for (t, coef) in coefs.iter().enumerate() {
+            let row = &rows[t * stride + c..t * stride + c + L];
+            for (a, x) in acc.iter_mut().zip(row) {
+                *a = coef.mul_add(*x, *a);
             }
         }
         out[c..c + L].copy_from_slice(&acc);
@@ -677,22 +782,21 @@ mod tests {
 
     #[test]
     fn single_row_attention_matches_a_plain_f64_softmax_over_the_filled_positions() {
-        // Head widths through every slice width of the weighted sum (64, 16, 1) and contexts
-        // spanning several tiles of positions.
-        for (d, capacity, len) in [(16, 50, 37), (72, 200, 150), (64, 140, 129)] {
+        // Head widths through every slice width of the weighted sums (64, 16, 1), contexts through
+        // every slice width of the scores (128, 64, 16, 1) and spanning several tiles.
+        for (d, capacity, len) in [(16, 50, 37), (72, 200, 150), (64, 140, 129), (64, 400, 337)] {
             let shape = AttentionShape { heads: 6, kv_heads: 2, capacity, len, d };
             let (q, k, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
             let out = attend_one(&q, &k, &v, shape, 0.25);
             for h in 0..6 {
                 let kv = h / 3;
+                // Keys stored transposed (dimension i of position j at [kv][i][j]), values not.
+                let key = |j: usize, i: usize| k[(kv * d + i) * capacity + j] as f64;
                 let row = |t: &[f32], j: usize| -> Vec<f64> {
                     t[(kv * capacity + j) * d..(kv * capacity + j + 1) * d].iter().map(|&x| x as f64).collect()
                 };
-                let scores: Vec<f64> = (0..len)
-                    .map(|j| {
-                        row(&k, j).iter().zip(&q[h * d..(h + 1) * d]).map(|(a, b)| a * *b as f64).sum::<f64>() * 0.25
-                    })
-                    .collect();
+                let scores: Vec<f64> =
+                    (0..len).map(|j| (0..d).map(|i| key(j, i) * q[h * d + i] as f64).sum::<f64>() * 0.25).collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
                 for i in 0..d {
@@ -700,6 +804,58 @@ mod tests {
                     let got = out[h * d + i] as f64;
                     assert!((got - exact).abs() < 1e-5, "d {d}, head {h} [{i}]: {got} vs {exact}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn exp_is_within_two_units_in_the_last_place() {
+        let mut worst = 0f64;
+        for i in 0..=2_000_000 {
+            let x = -87.5 + 87.5 * 1.0005 * i as f32 / 2_000_000.0; // to a little above 0
+            let exact = (x as f64).exp();
+            let got = exp(x) as f64;
+            let ulp = (exact as f32).abs().next_up() as f64 - (exact as f32).abs() as f64;
+            worst = worst.max((got - exact).abs() / ulp);
+        }
+        assert!(worst <= 2.0, "worst error {worst} units in the last place");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn softmax_matches_f64_and_every_build_gives_the_same_bits() {
+        for len in [1, 15, 16, 37, 4100] {
+            let p: Vec<f32> = data(len, 19).iter().map(|v| v * 30.0).collect();
+            let mut got = p.clone();
+            softmax(&mut got);
+            // Against the exact exponentials of the F32 differences (which every softmax rounds).
+            let max = p.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+            let sum: f64 = p.iter().map(|v| ((v - max) as f64).exp()).sum();
+            for (g, v) in got.iter().zip(&p) {
+                let exact = ((v - max) as f64).exp() / sum;
+                assert!((*g as f64 - exact).abs() <= 1e-6 * exact + 1e-30, "len {len}: {g} vs {exact}");
+            }
+            let mut plain = p.clone();
+            softmax_with(&mut plain);
+            assert_eq!(plain, got, "len {len}: the plain build's bits");
+        }
+    }
+
+    #[test]
+    fn tiled_scores_give_the_plain_loops_bits() {
+        // Positions through every slice width (128, 64, 16, 1) and two tiles; keys in rows of
+        // `stride`, of which the first `len` count.
+        let (groups, len, d, stride) = (3, 337, 40, 350);
+        let (q, keys) = (data(groups * d, 20), data(d * stride, 21));
+        let mut probs = vec![0f32; groups * len];
+        scores(&q, &keys[..(d - 1) * stride + len], stride, 0.3, &mut probs);
+        for g in 0..groups {
+            for j in 0..len {
+                let plain = (0..d).fold(0f32, |acc, i| q[g * d + i].mul_add(keys[i * stride + j], acc)) * 0.3;
+                assert_eq!(plain.to_bits(), probs[g * len + j].to_bits(), "head {g} position {j}");
             }
         }
     }
@@ -713,7 +869,7 @@ mod tests {
         for g in 0..groups {
             let mut plain = vec![0f32; d];
             for (p, v) in probs[g * len..(g + 1) * len].iter().zip(values.chunks_exact(d)) {
-                plain.iter_mut().zip(v).for_each(|(o, x)| *o += p * x);
+                plain.iter_mut().zip(v).for_each(|(o, x)| *o = p.mul_add(*x, *o));
             }
             assert_eq!(plain, out[g * d..(g + 1) * d], "head {g}");
         }

@@ -208,8 +208,10 @@ pub struct Qwen2 {
     device: Device,
 }
 
-/// One session's keys and values: per layer a `(1, kv_heads, capacity, head_dim)` buffer filled
-/// from position 0 up to `len`.
+/// One session's keys and values, filled from position 0 up to `len`. Per layer, the values are
+/// a `(1, kv_heads, capacity, head_dim)` buffer and the keys are stored transposed, `(1, kv_heads,
+/// head_dim, capacity)`: a single position's attention then computes its scores as vector
+/// operations along positions ([`kernel::attend_one`]).
 pub struct Cache {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
@@ -233,9 +235,11 @@ impl Cache {
     /// streaming the cache.)
     pub fn assume_filled(&mut self, len: usize) -> Result<()> {
         let len = len.min(self.capacity);
-        for t in self.k.iter().chain(&self.v) {
-            let (one, kv_heads, _, d) = t.dims4()?;
-            t.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), t.device())?, 2, 0)?;
+        for (k, v) in self.k.iter().zip(&self.v) {
+            let (one, kv_heads, capacity, d) = v.dims4()?;
+            v.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), v.device())?, 2, 0)?;
+            debug_assert_eq!(k.dims4()?, (one, kv_heads, d, capacity));
+            k.slice_set(&Tensor::full(0.01f32, (one, kv_heads, d, len), k.device())?, 3, 0)?;
         }
         self.len = len;
         Ok(())
@@ -335,12 +339,11 @@ impl Qwen2 {
     /// A cache for up to `capacity` positions, allocated once.
     pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
         let capacity = capacity.min(self.max_positions);
-        let shape = (1, self.kv_heads, capacity, self.head_dim);
         let mut k = Vec::with_capacity(self.layers.len());
         let mut v = Vec::with_capacity(self.layers.len());
         for _ in &self.layers {
-            k.push(Tensor::zeros(shape, DType::F32, &self.device)?);
-            v.push(Tensor::zeros(shape, DType::F32, &self.device)?);
+            k.push(Tensor::zeros((1, self.kv_heads, self.head_dim, capacity), DType::F32, &self.device)?);
+            v.push(Tensor::zeros((1, self.kv_heads, capacity, self.head_dim), DType::F32, &self.device)?);
         }
         Ok(Cache { k, v, len: 0, capacity })
     }
@@ -460,18 +463,19 @@ impl Qwen2 {
         let (pos, n) = (cache.len, q.dim(2)?);
         let total = pos + n;
         let groups = self.heads / self.kv_heads;
-        cache.k[l].slice_set(k, 2, pos)?;
+        cache.k[l].slice_set(&k.transpose(2, 3)?.contiguous()?, 3, pos)?;
         cache.v[l].slice_set(v, 2, pos)?;
         if n == 1 {
             return self.attend_one(cache, l, q, total);
         }
-        let keys = cache.k[l].narrow(2, 0, total)?;
+        // Keys as stored are already the transpose the scores multiply by.
+        let keys_t = cache.k[l].narrow(3, 0, total)?;
         let values = cache.v[l].narrow(2, 0, total)?;
         // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
         // head are stacked as rows of one matrix against that head's keys.
         let q = q.reshape((1, self.kv_heads, groups * n, self.head_dim))?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&keys.t()?)? * scale)?;
+        let mut scores = (q.matmul(&keys_t)? * scale)?;
         if let Some(mask) = mask {
             scores = scores.reshape((1, self.kv_heads, groups, n, total))?.broadcast_add(mask)?.reshape((
                 1,
