@@ -64,12 +64,6 @@ macro_rules! weight {
 weight!(f32, block_f32, needs_f16c: false, |v| v, |src, dst| dst.copy_from_slice(src));
 weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
 weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
-// Eight-bit integers: the quantized copy of the head that screens the greedy choice
-// (`crate::greedy`). Widening is exact, so the same dot-product bounds hold.
-weight!(i8, block_i8, needs_f16c: false, |v| f32::from(v), |src, dst| dst
-    .iter_mut()
-    .zip(src)
-    .for_each(|(d, s)| *d = f32::from(*s)));
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight as stored),
 /// `y` is `rows × out`, all row-major.
@@ -181,7 +175,7 @@ fn scratch<R>(len: usize, work: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 /// Defines `$name` as the function `$with` compiled three times, plain, for AVX2 (with FMA) and
-/// for AVX-512, and chosen at run time. `$with` is written in plain loops that the compiler turns
+/// for AVX-512 (F and BW), and chosen at run time. `$with` is written in plain loops that the compiler turns
 /// into vector code, so the three builds do the same operations in the same order and give the
 /// same bits, in wider vectors: the compiler never fuses a multiply and an add by itself, and a
 /// written `mul_add` rounds once in every build (an FMA instruction, or libm's `fmaf` in the
@@ -191,12 +185,15 @@ macro_rules! compiled_for_vectors {
         $(#[$doc])*
         fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
-                #[target_feature(enable = "avx2,fma,avx512f")]
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
                 unsafe fn avx512($($arg: $ty),*) {
                     $with($($arg),*)
                 }
-                // SAFETY: the CPU has AVX-512F and FMA (checked above).
+                // SAFETY: the CPU has AVX-512F/BW and FMA (checked above).
                 return unsafe { avx512($($arg),*) };
             }
             #[cfg(target_arch = "x86_64")]
@@ -352,6 +349,54 @@ fn accumulate<const L: usize>(coefs: &[f32], rows: &[f32], stride: usize, mut c:
         c += L;
     }
     c
+}
+
+/// `yt[j][r] = Σ_i q[j][i] · p[r][i]` in 32-bit integers, exact: `q` is `out × k` eight-bit
+/// weights, `p` is `rows × k` sixteen-bit activations. The caller keeps `k · 127 · max|p|` below
+/// 2³¹, so no sum can overflow. Computed transposed (`out × rows`), in parallel over blocks of
+/// weight rows. Exact integers are the same in any order, so every build gives the same result.
+pub fn int_products(q: &[i8], p: &[i16], rows: usize, k: usize) -> Vec<i32> {
+    assert!(k > 0 && q.len().is_multiple_of(k) && p.len() == rows * k, "int_products: shapes do not agree");
+    let mut yt = vec![0i32; q.len() / k * rows];
+    if rows == 0 {
+        return yt;
+    }
+    yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
+        int_block(&q[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], p, k, yt);
+    });
+    yt
+}
+
+/// One task of [`int_products`]: through AVX-512 VNNI where the CPU has it (one instruction
+/// multiplies sixteen pairs of sixteen-bit values and adds each pair's sum to a 32-bit lane),
+/// else through plain loops the compiler vectorizes.
+fn int_block(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni") {
+        // SAFETY: the CPU has the instructions (checked above); `int_products` checked the shapes.
+        return unsafe { simd::int_block_vnni(q, p, k, yt) };
+    }
+    int_block_plain(q, p, k, yt)
+}
+
+compiled_for_vectors!(
+    /// [`int_block`] in plain loops (widen, multiply, add).
+    fn int_block_plain(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) => int_block_with
+);
+
+#[inline(always)]
+fn int_block_with(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
+    let rows = p.len() / k;
+    for (qj, yt) in q.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+        for (y, p) in yt.iter_mut().zip(p.chunks_exact(k)) {
+            *y = int_dot(qj, p);
+        }
+    }
+}
+
+#[inline(always)]
+fn int_dot(q: &[i8], p: &[i16]) -> i32 {
+    q.iter().zip(p).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum()
 }
 
 /// The dimensions [`attend_one`] works in.
@@ -560,6 +605,49 @@ mod simd {
         end_256(w, xs, acc8, blocks, load8)
     }
 
+    /// [`super::int_block`] with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
+    /// and feed every activation row of a group of four.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn int_block_vnni(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
+        let rows = p.len() / k;
+        for (qj, yt) in q.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+            let mut r = 0;
+            while r + 4 <= rows {
+                yt[r..r + 4].copy_from_slice(&int_dots::<4>(qj, p, k, r));
+                r += 4;
+            }
+            match rows - r {
+                1 => yt[r..].copy_from_slice(&int_dots::<1>(qj, p, k, r)),
+                2 => yt[r..].copy_from_slice(&int_dots::<2>(qj, p, k, r)),
+                3 => yt[r..].copy_from_slice(&int_dots::<3>(qj, p, k, r)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Weight row `q` against activation rows `first..first + R` of `p` (rows of `k`).
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn int_dots<const R: usize>(q: &[i8], p: &[i16], k: usize, first: usize) -> [i32; R] {
+        let whole = k / 32 * 32;
+        let mut acc = [_mm512_setzero_si512(); R];
+        let mut i = 0;
+        while i < whole {
+            let w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(q.as_ptr().add(i) as *const __m256i));
+            for r in 0..R {
+                let x = _mm512_loadu_si512(p.as_ptr().add((first + r) * k + i) as *const __m512i);
+                acc[r] = _mm512_dpwssd_epi32(acc[r], w, x);
+            }
+            i += 32;
+        }
+        let mut out = [0i32; R];
+        for r in 0..R {
+            let tail = &p[(first + r) * k + whole..(first + r + 1) * k];
+            out[r] = _mm512_reduce_add_epi32(acc[r]) + super::int_dot(&q[whole..], tail);
+        }
+        out
+    }
+
     /// Runs `$body` for the activation rows in groups of four, then the leftover group, with
     /// `$r` the group's first row and `$xs` its rows.
     macro_rules! in_fours {
@@ -670,14 +758,6 @@ mod simd {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(halves))
         }
     );
-    // Sign-extend to 32-bit integers, then convert (exact for every eight-bit value).
-    block_for!(
-        block_i8,
-        i8,
-        "avx",
-        |p: *const i8, i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(i) as *const __m128i))),
-        |p: *const i8, i| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(i) as *const __m128i)))
-    );
 }
 
 #[cfg(test)]
@@ -728,6 +808,26 @@ mod tests {
     }
 
     #[test]
+    fn integer_products_are_exact_in_every_path() {
+        // Widths with whole 32-blocks and a tail; one to six activation rows (groups of four
+        // and the rest).
+        for (out, k, rows) in [(70, 100, 5), (33, 64, 1), (40, 896, 6)] {
+            let q: Vec<i8> = data(out * k, 22).iter().map(|v| (v * 127.0) as i8).collect();
+            let p: Vec<i16> = data(rows * k, 23).iter().map(|v| (v * 16000.0) as i16).collect();
+            let dots = int_products(&q, &p, rows, k);
+            let mut plain = vec![0i32; out * rows];
+            int_block_with(&q, &p, k, &mut plain);
+            assert_eq!(dots, plain, "{out}x{k}x{rows}: the SIMD and plain paths");
+            for j in 0..out {
+                for r in 0..rows {
+                    let exact: i64 = (0..k).map(|i| q[j * k + i] as i64 * p[r * k + i] as i64).sum();
+                    assert_eq!(dots[j * rows + r] as i64, exact, "{out}x{k}x{rows}: row {j}, activations {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn selected_rows_give_the_full_products_bits() {
         let (out, k) = (100, 200);
         let (w, x) = (data(out * k, 17), data(k, 18));
@@ -762,10 +862,8 @@ mod tests {
         for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
             let (w, x) = (data(out * k, 15), data(rows * k, 16));
             let (w16, wb16): (Vec<f16>, Vec<bf16>) = w.iter().map(|v| (f16::from_f32(*v), bf16::from_f32(*v))).unzip();
-            let w8: Vec<i8> = w.iter().map(|v| (v * 127.0) as i8).collect();
-            use simd::{block_bf16, block_f16, block_f32, block_i8};
+            use simd::{block_bf16, block_f16, block_f32};
             same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
-            same_bits((block_i8::avx2, block_i8::avx512), &w8, k, &x, "i8");
             same_bits((block_f16::avx2, block_f16::avx512), &w16, k, &x, "f16");
             same_bits((block_bf16::avx2, block_bf16::avx512), &wb16, k, &x, "bf16");
         }
