@@ -450,7 +450,8 @@ impl Qwen2 {
     }
 
     /// One item's attention in layer `l`: writes its keys and values (`1 × kv_heads × n × d`,
-    /// rotated) into the cache at its position and returns `n × hidden`.
+    /// rotated; the keys transposed, as the cache stores them) into the cache at its position and
+    /// returns `n × hidden`.
     fn attend(
         &self,
         cache: &mut Cache,
