@@ -294,13 +294,28 @@ compiled_for_vectors!(
 fn scores_with(q: &[f32], keys: &[f32], stride: usize, scale: f32, probs: &mut [f32]) {
     let d = keys.len().div_ceil(stride);
     let len = probs.len() / (q.len() / d);
-    for first in (0..len).step_by(2 * TILE) {
-        let last = (first + 2 * TILE).min(len);
-        for (q, p) in q.chunks_exact(d).zip(probs.chunks_exact_mut(len)) {
-            let p = &mut p[first..last];
-            p.fill(0.0);
-            in_slices(q, &keys[first..], stride, p);
-            p.iter_mut().for_each(|p| *p *= scale);
+    for first in (0..len).step_by(TILE) {
+        let last = (first + TILE).min(len);
+        let heads = q.chunks_exact(d).zip(probs.chunks_exact_mut(len).map(|p| &mut p[first..last]));
+        for ((c0, o0), second) in Pairs(heads) {
+            match second {
+                Some((c1, o1)) => scores_of(&[c0, c1], &keys[first..], stride, scale, &mut [o0, o1]),
+                None => scores_of(&[c0], &keys[first..], stride, scale, &mut [o0]),
+            }
+        }
+    }
+}
+
+/// One tile of [`scores`] for one or two heads.
+#[inline(always)]
+fn scores_of(coefs: &[&[f32]], keys: &[f32], stride: usize, scale: f32, outs: &mut [&mut [f32]]) {
+    for o in outs.iter_mut() {
+        o.fill(0.0);
+    }
+    in_slices(coefs, keys, stride, outs);
+    for o in outs.iter_mut() {
+        for v in o.iter_mut() {
+            *v *= scale;
         }
     }
 }
@@ -311,8 +326,12 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
     for first in (0..len).step_by(TILE) {
         let last = (first + TILE).min(len);
         let tile = &values[first * d..last * d];
-        for (p, out) in probs.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
-            in_slices(&p[first..last], tile, d, out);
+        let heads = probs.chunks_exact(len).map(|p| &p[first..last]).zip(out.chunks_exact_mut(d));
+        for ((c0, o0), second) in Pairs(heads) {
+            match second {
+                Some((c1, o1)) => in_slices(&[c0, c1], tile, d, &mut [o0, o1]),
+                None => in_slices(&[c0], tile, d, &mut [o0]),
+            }
         }
     }
 }
@@ -321,31 +340,74 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
 /// in L1 for every query head of their group.
 const TILE: usize = 64;
 
-/// `out[c] += Σ_t coefs[t] · rows[t · stride + c]` for every `c`, each in `t` order by fused
-/// multiply-adds: the shared
-/// inner loop of [`scores`] and [`weighted_sums`]. Wide slices of outputs first, each held in
-/// registers across all the rows: sixty-four outputs are eight independent add chains (the
-/// adds' latency, not their count, bounds a narrower slice).
-#[inline(always)]
-fn in_slices(coefs: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-    let c = accumulate::<128>(coefs, rows, stride, 0, out);
-    let c = accumulate::<64>(coefs, rows, stride, c, out);
-    let c = accumulate::<16>(coefs, rows, stride, c, out);
-    accumulate::<1>(coefs, rows, stride, c, out);
+/// The heads two at a time, then the last alone when their number is odd. Why pairs: each load
+/// of a row then feeds two heads' multiply-adds, and two heads' outputs are twice the
+/// independent add chains. (An iterator, not a function taking a closure: a closure is compiled
+/// without the vector features of the function it sits in unless it is inlined, and then its
+/// fused multiply-adds become library calls.)
+struct Pairs<I>(I);
+
+impl<I: Iterator> Iterator for Pairs<I> {
+    type Item = (I::Item, Option<I::Item>);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        let first = self.0.next()?;
+        Some((first, self.0.next()))
+    }
 }
 
-/// [`in_slices`] for outputs `c..` in slices of `L`. Returns where the whole slices end.
+/// `outs[h][c] += Σ_t coefs[h][t] · rows[t · stride + c]` for every head `h` (one or two) and
+/// output `c`, each in `t` order by fused multiply-adds: the shared inner loop of [`scores`] and
+/// [`weighted_sums`]. Wide slices of outputs first, each held in registers across all the rows:
+/// sixty-four outputs of two heads are eight independent chains of 512-bit multiply-adds (their
+/// latency, not their count, bounds a narrower slice).
 #[inline(always)]
-fn accumulate<const L: usize>(coefs: &[f32], rows: &[f32], stride: usize, mut c: usize, out: &mut [f32]) -> usize {
-    while c + L <= out.len() {
-        let mut acc: [f32; L] = out[c..c + L].try_into().expect("L outputs");
-        for (t, coef) in coefs.iter().enumerate() {
+fn in_slices(coefs: &[&[f32]], rows: &[f32], stride: usize, outs: &mut [&mut [f32]]) {
+    match (coefs, outs) {
+        ([c0, c1], [o0, o1]) => {
+            let c = accumulate::<64, 2>([c0, c1], rows, stride, 0, [o0, o1]);
+            let c = accumulate::<16, 2>([c0, c1], rows, stride, c, [o0, o1]);
+            accumulate::<1, 2>([c0, c1], rows, stride, c, [o0, o1]);
+        }
+        ([c0], [o0]) => {
+            let c = accumulate::<64, 1>([c0], rows, stride, 0, [o0]);
+            let c = accumulate::<16, 1>([c0], rows, stride, c, [o0]);
+            accumulate::<1, 1>([c0], rows, stride, c, [o0]);
+        }
+        _ => unreachable!("one or two heads"),
+    }
+}
+
+/// [`in_slices`] for `H` heads and outputs `c..` in slices of `L`. Returns where the whole
+/// slices end.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the heads and lanes, as in the prose
+fn accumulate<const L: usize, const H: usize>(
+    coefs: [&[f32]; H],
+    rows: &[f32],
+    stride: usize,
+    mut c: usize,
+    outs: [&mut [f32]; H],
+) -> usize {
+    let n = outs[0].len();
+    while c + L <= n {
+        let mut acc = [[0f32; L]; H];
+        for h in 0..H {
+            acc[h].copy_from_slice(&outs[h][c..c + L]);
+        }
+        for t in 0..coefs[0].len() {
             let row = &rows[t * stride + c..t * stride + c + L];
-            for (a, x) in acc.iter_mut().zip(row) {
-                *a = coef.mul_add(*x, *a);
+            for h in 0..H {
+                let coef = coefs[h][t];
+                for (a, x) in acc[h].iter_mut().zip(row) {
+                    *a = coef.mul_add(*x, *a);
+                }
             }
         }
-        out[c..c + L].copy_from_slice(&acc);
+        for h in 0..H {
+            outs[h][c..c + L].copy_from_slice(&acc[h]);
+        }
         c += L;
     }
     c
