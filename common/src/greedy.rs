@@ -210,20 +210,8 @@ fn quantize<W: Weight>(w: &[W], q: &mut [i8]) -> Option<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::tests::data;
     use half::{bf16, f16};
-
-    /// Deterministic values in [-1, 1).
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15).max(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     /// The id the full product's logits give.
     fn full<W: Weight>(w: &[W], x: &[f32], k: usize) -> u32 {

@@ -823,11 +823,12 @@ mod simd {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        // A small deterministic generator; values in [-1, 1).
+    /// Deterministic test values in [-1, 1) (also the screen's tests').
+    pub(crate) fn data(n: usize, seed: u32) -> Vec<f32> {
+        // A small xorshift generator.
         let mut s = seed.wrapping_mul(2654435761).max(1);
         (0..n)
             .map(|_| {
