@@ -48,7 +48,7 @@ pub fn argmax(values: &[f32]) -> u32 {
     best as u32
 }
 
-/// A head matrix (`rows × k`) quantized to eight bits per weight, with each row's error bound.
+/// A head matrix (`rows × k`) quantized to eight bits per weight, with what bounds its rows' error.
 pub struct Screen {
     /// Row `r` is approximately `q[r] · scale[r]`, every `q` within ±127.
     q: Vec<i8>,

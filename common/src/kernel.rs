@@ -11,6 +11,10 @@
 //! output is one fixed-order dot product (eight lanes, fused multiply-add, one fixed horizontal
 //! sum, then the scalar tail). So a session decoded alone or batched with others computes
 //! bit-identical logits, and batching cannot change greedy ids.
+//!
+//! Also here, for the same steps: the exact integer products that screen the head for greedy ids
+//! ([`int_products`], used by `crate::greedy`), and attention of one new position over a session's
+//! cache ([`attend_one`]).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -134,10 +138,10 @@ pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
 /// bytes they read, so a decode step grew ~30% slower from context 64 to 4096. Here each KV
 /// head's keys and values are read once for the query heads that share it, in tiles that stay
 /// in L1 across those heads. Keys are stored transposed so that a query's scores are vector
-/// operations over positions ([`scores`]), like the weighted sums of the values over dimensions
-/// ([`weighted_sums`]); with the keys as rows, every score was a dot product of 64 values ending in
+/// operations over positions (`scores`), like the weighted sums of the values over dimensions
+/// (`weighted_sums`); with the keys as rows, every score was a dot product of 64 values ending in
 /// its own horizontal sum, which cost more than the multiplies. The softmax runs in vector
-/// registers too ([`softmax`]).
+/// registers too (`softmax`).
 pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale: f32) -> Vec<f32> {
     let AttentionShape { heads, kv_heads, capacity, len, d } = shape;
     let groups = heads / kv_heads;
