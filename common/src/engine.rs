@@ -3,9 +3,9 @@
 //!
 //! A step is either a prefill chunk of the prompt (any length, at its position offset) or one
 //! decode token. Decoding is greedy: a step asks the model for ids, not logits, and a prefill
-//! chunk that does not end its prompt skips the head. Sessions share the model's weights and each owns a KV cache
-//! allocated once for its whole length (prompt plus cap), so sessions are independent and a
-//! step never copies the cache.
+//! chunk that does not end its prompt skips the head. Sessions share the model's weights and
+//! each owns a KV cache allocated once for its whole length (prompt plus cap), so sessions are
+//! independent and a step never copies the cache.
 
 use crate::load::LoadedModel;
 use crate::policy::Candidate;

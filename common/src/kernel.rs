@@ -754,9 +754,9 @@ mod simd {
     }
 
     /// `block_<type>::{avx2, avx512}`: [`super::block`] for one weight type through [`dots_256`]
-    /// or [`dots_512`], and `best`, which picks the wider where the CPU has it. `$load8` and `$load16` widen eight or sixteen weights at an index to F32;
-    /// closures written here, so that they inherit the functions' target features and inline
-    /// into the loops.
+    /// or [`dots_512`], and `best`, which picks the wider where the CPU has it. `$load8` and
+    /// `$load16` widen eight or sixteen weights at an index to F32; closures written here, so
+    /// that they inherit the functions' target features and inline into the loops.
     macro_rules! block_for {
         ($name:ident, $ty:ty, $extra:literal, $load8:expr, $load16:expr) => {
             pub mod $name {
