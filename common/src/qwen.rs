@@ -375,10 +375,9 @@ impl Qwen2 {
             if picked.is_empty() {
                 return Ok(vec![None; items.len()]);
             }
-            let mut ids =
-                self.lm_head.greedy(&last.index_select(&Tensor::new(picked.as_slice(), &self.device)?, 0)?)?;
-            ids.reverse();
-            Ok(wanted.iter().map(|w| if *w { ids.pop() } else { None }).collect())
+            let picked = last.index_select(&Tensor::new(picked.as_slice(), &self.device)?, 0)?;
+            let mut ids = self.lm_head.greedy(&picked)?.into_iter();
+            Ok(wanted.iter().map(|w| if *w { ids.next() } else { None }).collect())
         })
     }
 
