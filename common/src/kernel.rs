@@ -76,8 +76,10 @@ pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, 
     let out = w.len() / k;
     // Computed transposed (`out × rows`) so every task owns one contiguous piece of the output.
     let mut yt = vec![0f32; out * rows];
-    yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
-        products(&w[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], k, x, rows, yt);
+    on_cache_lines(x, |x| {
+        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
+            products(&w[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], k, x, rows, yt);
+        })
     });
     // Bias added after the product, as candle's Linear adds it.
     if rows == 1 {
@@ -104,10 +106,33 @@ pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, 
 pub fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> Vec<f32> {
     assert!(x.len() == k && js.iter().all(|j| (j + 1) * k <= w.len()), "selected_rows: shapes do not agree");
     let mut y = vec![0f32; js.len()];
-    y.par_iter_mut().zip(js).with_min_len(BLOCK).for_each(|(y, j)| {
-        products(&w[j * k..(j + 1) * k], k, x, 1, std::slice::from_mut(y));
+    on_cache_lines(x, |x| {
+        y.par_iter_mut().zip(js).with_min_len(BLOCK).for_each(|(y, j)| {
+            products(&w[j * k..(j + 1) * k], k, x, 1, std::slice::from_mut(y));
+        })
     });
     y
+}
+
+/// The bytes of a cache line on the CPUs the vector paths serve.
+const CACHE_LINE: usize = 64;
+
+/// Runs `work` on `x`'s values starting on a cache-line boundary: `x` itself when it does, else
+/// an aligned copy. Why: a 512-bit load from an address off a line boundary reads two lines, and
+/// a product of several rows loads the activations as often as the weights (which start on huge
+/// pages, every row on a line boundary for these models' widths). Four rows measured a third
+/// faster in cache, and a quarter faster from memory, from aligned activations; the copy is a
+/// few kilobytes. The values and so the results are the same either way.
+fn on_cache_lines<T: Copy + Default, R>(x: &[T], work: impl FnOnce(&[T]) -> R) -> R {
+    if (x.as_ptr() as usize).is_multiple_of(CACHE_LINE) {
+        return work(x);
+    }
+    let size = std::mem::size_of::<T>();
+    let mut buf = vec![T::default(); x.len() + CACHE_LINE / size];
+    let address = buf.as_ptr() as usize;
+    let at = (address.next_multiple_of(CACHE_LINE) - address) / size;
+    buf[at..at + x.len()].copy_from_slice(x);
+    work(&buf[at..at + x.len()])
 }
 
 /// Runs `work` on a thread of the rayon pool (at once when already on one).
@@ -427,8 +452,10 @@ pub fn int_products(q: &[i8], p: &[i16], rows: usize, k: usize) -> Vec<i32> {
     if rows == 0 {
         return yt;
     }
-    yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
-        int_block(&q[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], p, k, yt);
+    on_cache_lines(p, |p| {
+        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
+            int_block(&q[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], p, k, yt);
+        })
     });
     yt
 }
@@ -875,6 +902,28 @@ pub(crate) mod tests {
         for r in [0, 3, MAX_ROWS - 1] {
             let alone = linear(&w, None, &x[r * k..(r + 1) * k], 1, k);
             assert_eq!(alone, batch[r * out..(r + 1) * out], "row {r}");
+        }
+    }
+
+    #[test]
+    fn activations_give_the_same_bits_wherever_they_start() {
+        let (out, k, rows) = (40, 136, 4);
+        let n = rows * k;
+        let w = data(out * k, 24);
+        let q: Vec<i8> = w.iter().map(|v| (v * 127.0) as i8).collect();
+        let x = data(n, 25);
+        let p: Vec<i16> = x.iter().map(|v| (v * 16000.0) as i16).collect();
+        let expected = (linear(&w, None, &x, rows, k), int_products(&q, &p, rows, k));
+        let (mut xs, mut ps) = (vec![0f32; n + 16], vec![0i16; n + 32]);
+        for at in 0..16 {
+            xs[at..at + n].copy_from_slice(&x);
+            ps[at..at + n].copy_from_slice(&p);
+            let (x, p) = (&xs[at..at + n], &ps[at..at + n]);
+            // What the products see starts on a cache line and holds the caller's values.
+            on_cache_lines(x, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == x));
+            on_cache_lines(p, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == p));
+            let moved = (linear(&w, None, x, rows, k), int_products(&q, p, rows, k));
+            assert_eq!(moved, expected, "activations moved by {at} values");
         }
     }
 

@@ -342,8 +342,8 @@ impl Qwen2 {
         let mut k = Vec::with_capacity(self.layers.len());
         let mut v = Vec::with_capacity(self.layers.len());
         for _ in &self.layers {
-            k.push(Tensor::zeros((1, self.kv_heads, self.head_dim, capacity), DType::F32, &self.device)?);
-            v.push(Tensor::zeros((1, self.kv_heads, capacity, self.head_dim), DType::F32, &self.device)?);
+            k.push(memory::zeros((1, self.kv_heads, self.head_dim, capacity), &self.device)?);
+            v.push(memory::zeros((1, self.kv_heads, capacity, self.head_dim), &self.device)?);
         }
         Ok(Cache { k, v, len: 0, capacity })
     }
