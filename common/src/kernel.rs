@@ -155,36 +155,59 @@ pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
 }
 
 /// Attention of one new position over a cache, for every query head: `q` is `heads × d`; `k` is
-/// one layer's keys stored transposed, `kv_heads × d × capacity` (per KV head, one row per
-/// dimension, positions along it); `v` its values, `kv_heads × capacity × d`; both filled up to
-/// `len` positions (the new one included). Returns `heads × d`.
+/// one layer's keys in tiles of [`TILE`] positions, `kv_heads × (capacity / TILE) × d × TILE`
+/// (per KV head and tile, one row per dimension, the tile's positions along it; see
+/// [`store_keys`]); `v` its values, `kv_heads × capacity × d`; both filled up to `len` positions
+/// (the new one included). `capacity` is a whole number of tiles. Returns `heads × d`.
 ///
 /// Why not candle's matmul and softmax: for a single query row they cost several times the
 /// bytes they read, so a decode step grew ~30% slower from context 64 to 4096. Here each KV
 /// head's keys and values are read once for the query heads that share it, in tiles that stay
-/// in L1 across those heads. Keys are stored transposed so that a query's scores are vector
-/// operations over positions (`scores`), like the weighted sums of the values over dimensions
-/// (`weighted_sums`); with the keys as rows, every score was a dot product of 64 values ending in
-/// its own horizontal sum, which cost more than the multiplies. The softmax runs in vector
-/// registers too (`softmax`).
+/// in L1 across those heads. Keys are stored dimension by dimension so that a query's scores are
+/// vector operations over positions (`scores`), like the weighted sums of the values over
+/// dimensions (`weighted_sums`); with the keys as rows, every score was a dot product of 64
+/// values ending in its own horizontal sum, which cost more than the multiplies. In tiles rather
+/// than as whole rows of `capacity` positions, a tile's keys are one contiguous 16 KB stream:
+/// rows of a whole capacity made a tile sixty-four streams a row apart, which measured 14%
+/// slower at context 4096, and 30% slower at capacities that are multiples of 1024 (every row
+/// then falls in the same L1 sets). The softmax runs in vector registers too (`softmax`).
 pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale: f32) -> Vec<f32> {
     let AttentionShape { heads, kv_heads, capacity, len, d } = shape;
     let groups = heads / kv_heads;
     assert!(q.len() == heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len() && len <= capacity);
+    assert!(capacity.is_multiple_of(TILE), "attend_one: a capacity of whole tiles");
     let mut out = vec![0f32; heads * d];
     out.par_chunks_mut(groups * d).enumerate().for_each(|(h, out)| {
-        // Row i of the keys is dimension i at every position: the first `len` of each row count.
-        let keys = &k[h * d * capacity..(h + 1) * d * capacity - (capacity - len)];
+        // The tiles that hold the first `len` positions.
+        let keys = &k[h * capacity * d..(h * capacity + len.next_multiple_of(TILE)) * d];
         let values = &v[h * capacity * d..(h * capacity + len) * d];
         let q = &q[h * groups * d..(h + 1) * groups * d];
         scratch(len * groups, |probs| {
             // probs[g][j]: query head g's score at position j, then its softmax over the positions.
-            scores(q, keys, capacity, scale, probs);
+            scores(q, keys, d, scale, probs);
             probs.chunks_exact_mut(len).for_each(softmax);
             weighted_sums(probs, values, d, out);
         });
     });
     out
+}
+
+/// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_one`]'s
+/// layout, `capacity` positions per KV head): `new` is `kv_heads × n × d`, as the projection
+/// computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`, at `p % TILE`.
+pub fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, capacity: usize, d: usize, pos: usize) {
+    let n = new.len() / (kv_heads * d);
+    assert!(keys.len() == kv_heads * capacity * d && new.len() == kv_heads * n * d, "store_keys: shapes do not agree");
+    assert!(capacity.is_multiple_of(TILE) && pos + n <= capacity, "store_keys: positions past the capacity");
+    for (h, head) in new.chunks_exact(n * d).enumerate() {
+        for (t, key) in head.chunks_exact(d).enumerate() {
+            let p = pos + t;
+            let tile = &mut keys[(h * capacity + p / TILE * TILE) * d..][..d * TILE];
+            for (i, value) in key.iter().enumerate() {
+                tile[i * TILE + p % TILE] = *value;
+            }
+        }
+    }
 }
 
 /// Runs `work` on this thread's scratch buffer, grown to at least `len` values (contents
@@ -313,35 +336,34 @@ fn exp(x: f32) -> f32 {
 }
 
 compiled_for_vectors!(
-    /// `probs[g][j] = scale · Σ_i q[g][i] · keys[i][j]`: every query head `g`'s score at every
-    /// position `j`, the keys' rows `stride` apart (`keys[i]` is dimension `i` at each position);
-    /// each summed in dimension order by fused multiply-adds, then scaled.
-    fn scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, probs: &mut [f32]) => scores_with
+    /// `probs[g][j] = scale · Σ_i q[g][i] · key_j[i]`: every query head `g`'s score at every
+    /// position `j` over `d` dimensions, the keys in tiles ([`attend_one`]); each summed in
+    /// dimension order by fused multiply-adds, then scaled.
+    fn scores(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32]) => scores_with
 );
 
 #[inline(always)]
-fn scores_with(q: &[f32], keys: &[f32], stride: usize, scale: f32, probs: &mut [f32]) {
-    let d = keys.len().div_ceil(stride);
+fn scores_with(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32]) {
     let len = probs.len() / (q.len() / d);
     for first in (0..len).step_by(TILE) {
         let last = (first + TILE).min(len);
         let heads = q.chunks_exact(d).zip(probs.chunks_exact_mut(len).map(|p| &mut p[first..last]));
         for ((c0, o0), second) in Pairs(heads) {
             match second {
-                Some((c1, o1)) => scores_of(&[c0, c1], &keys[first..], stride, scale, &mut [o0, o1]),
-                None => scores_of(&[c0], &keys[first..], stride, scale, &mut [o0]),
+                Some((c1, o1)) => scores_of(&[c0, c1], &keys[first * d..], scale, &mut [o0, o1]),
+                None => scores_of(&[c0], &keys[first * d..], scale, &mut [o0]),
             }
         }
     }
 }
 
-/// One tile of [`scores`] for one or two heads.
+/// One tile of [`scores`] for one or two heads: `keys` from the tile's first row on.
 #[inline(always)]
-fn scores_of(coefs: &[&[f32]], keys: &[f32], stride: usize, scale: f32, outs: &mut [&mut [f32]]) {
+fn scores_of(coefs: &[&[f32]], keys: &[f32], scale: f32, outs: &mut [&mut [f32]]) {
     for o in outs.iter_mut() {
         o.fill(0.0);
     }
-    in_slices(coefs, keys, stride, outs);
+    in_slices(coefs, keys, TILE, outs);
     for o in outs.iter_mut() {
         for v in o.iter_mut() {
             *v *= scale;
@@ -365,9 +387,9 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
     }
 }
 
-/// Positions per tile of the weighted sums, and of the scores: the tile's values (or keys) stay
-/// in L1 for every query head of their group.
-const TILE: usize = 64;
+/// Positions per tile of the cached keys ([`attend_one`]), and of the weighted sums: a tile's keys
+/// (or values) stay in L1 for every query head of their group.
+pub const TILE: usize = 64;
 
 /// The heads two at a time, then the last alone when their number is odd. Why pairs: each load
 /// of a row then feeds two heads' multiply-adds, and two heads' outputs are twice the
@@ -1002,14 +1024,16 @@ pub(crate) mod tests {
     fn single_row_attention_matches_a_plain_f64_softmax_over_the_filled_positions() {
         // Head widths through every slice width of the weighted sums (64, 16, 1), contexts through
         // every slice width of the scores (128, 64, 16, 1) and spanning several tiles.
-        for (d, capacity, len) in [(16, 50, 37), (72, 200, 150), (64, 140, 129), (64, 400, 337)] {
+        for (d, capacity, len) in [(16, 64, 37), (72, 192, 150), (64, 192, 129), (64, 448, 337)] {
             let shape = AttentionShape { heads: 6, kv_heads: 2, capacity, len, d };
-            let (q, k, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
+            // Keys and values as computed: position j's at [kv][j].
+            let (q, plain_keys, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
+            let mut k = vec![0f32; 2 * capacity * d];
+            store_keys(&mut k, &plain_keys, 2, capacity, d, 0);
             let out = attend_one(&q, &k, &v, shape, 0.25);
             for h in 0..6 {
                 let kv = h / 3;
-                // Keys stored transposed (dimension i of position j at [kv][i][j]), values not.
-                let key = |j: usize, i: usize| k[(kv * d + i) * capacity + j] as f64;
+                let key = |j: usize, i: usize| plain_keys[(kv * capacity + j) * d + i] as f64;
                 let row = |t: &[f32], j: usize| -> Vec<f64> {
                     t[(kv * capacity + j) * d..(kv * capacity + j + 1) * d].iter().map(|&x| x as f64).collect()
                 };
@@ -1024,6 +1048,31 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn keys_land_in_their_tile_row_and_column_stored_at_once_or_in_pieces() {
+        let (kv_heads, capacity, d) = (2, 3 * TILE, 8);
+        let plain = data(kv_heads * capacity * d, 26);
+        let mut at_once = vec![0f32; kv_heads * capacity * d];
+        store_keys(&mut at_once, &plain, kv_heads, capacity, d, 0);
+        for h in 0..kv_heads {
+            for p in 0..capacity {
+                for i in 0..d {
+                    let stored = at_once[(h * capacity + p / TILE * TILE) * d + i * TILE + p % TILE];
+                    assert_eq!(stored, plain[(h * capacity + p) * d + i], "head {h} position {p} dimension {i}");
+                }
+            }
+        }
+        // The same positions written in pieces that start and end inside tiles.
+        let mut pieces = vec![0f32; kv_heads * capacity * d];
+        for (from, to) in [(0, 5), (5, 70), (70, 71), (71, capacity)] {
+            let new: Vec<f32> = (0..kv_heads)
+                .flat_map(|h| plain[(h * capacity + from) * d..(h * capacity + to) * d].to_vec())
+                .collect();
+            store_keys(&mut pieces, &new, kv_heads, capacity, d, from);
+        }
+        assert_eq!(pieces, at_once);
     }
 
     #[test]
@@ -1064,15 +1113,19 @@ pub(crate) mod tests {
 
     #[test]
     fn tiled_scores_give_the_plain_loops_bits() {
-        // Positions through every slice width (128, 64, 16, 1) and two tiles; keys in rows of
-        // `stride`, of which the first `len` count.
-        let (groups, len, d, stride) = (3, 337, 40, 350);
-        let (q, keys) = (data(groups * d, 20), data(d * stride, 21));
+        // Positions through every slice width (64, 16, 1) and several tiles, the last one partly
+        // filled.
+        let (groups, len, d) = (3, 337usize, 40);
+        let capacity = len.next_multiple_of(TILE);
+        let (q, plain_keys) = (data(groups * d, 20), data(capacity * d, 21));
+        let mut keys = vec![0f32; capacity * d];
+        store_keys(&mut keys, &plain_keys, 1, capacity, d, 0);
         let mut probs = vec![0f32; groups * len];
-        scores(&q, &keys[..(d - 1) * stride + len], stride, 0.3, &mut probs);
+        scores(&q, &keys, d, 0.3, &mut probs);
         for g in 0..groups {
             for j in 0..len {
-                let plain = (0..d).fold(0f32, |acc, i| q[g * d + i].mul_add(keys[i * stride + j], acc)) * 0.3;
+                let key = &plain_keys[j * d..(j + 1) * d];
+                let plain = (0..d).fold(0f32, |acc, i| q[g * d + i].mul_add(key[i], acc)) * 0.3;
                 assert_eq!(plain.to_bits(), probs[g * len + j].to_bits(), "head {g} position {j}");
             }
         }

@@ -209,9 +209,11 @@ pub struct Qwen2 {
 }
 
 /// One session's keys and values, filled from position 0 up to `len`. Per layer, the values are
-/// a `(1, kv_heads, capacity, head_dim)` buffer and the keys are stored transposed, `(1, kv_heads,
-/// head_dim, capacity)`: a single position's attention then computes its scores as vector
-/// operations along positions ([`kernel::attend_one`]).
+/// a `(1, kv_heads, stored, head_dim)` buffer and the keys are stored in tiles of
+/// [`kernel::TILE`] positions, each tile dimension by dimension, `(1, kv_heads, stored / TILE,
+/// head_dim, TILE)`: a single position's attention then computes its scores as vector operations
+/// along positions, one contiguous tile at a time ([`kernel::attend_one`]). `stored` is the
+/// capacity rounded up to whole tiles.
 pub struct Cache {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
@@ -236,18 +238,61 @@ impl Cache {
     pub fn assume_filled(&mut self, len: usize) -> Result<()> {
         let len = len.min(self.capacity);
         for (k, v) in self.k.iter().zip(&self.v) {
-            let (one, kv_heads, capacity, d) = v.dims4()?;
+            let (one, kv_heads, _, d) = v.dims4()?;
             v.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), v.device())?, 2, 0)?;
-            debug_assert_eq!(k.dims4()?, (one, kv_heads, d, capacity));
-            k.slice_set(&Tensor::full(0.01f32, (one, kv_heads, d, len), k.device())?, 3, 0)?;
+            let tiles = (one, kv_heads, len.div_ceil(kernel::TILE), d, kernel::TILE);
+            k.slice_set(&Tensor::full(0.01f32, tiles, k.device())?, 2, 0)?;
         }
         self.len = len;
         Ok(())
     }
 
-    /// Bytes held by the buffers (allocated for the full capacity at creation).
+    /// Bytes held by the buffers (allocated for the full capacity, in whole tiles, at creation).
     pub fn bytes(&self) -> usize {
         self.k.iter().chain(&self.v).map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+    }
+
+    /// Positions the buffers hold: the capacity in whole tiles.
+    fn stored(&self) -> usize {
+        self.capacity.next_multiple_of(kernel::TILE)
+    }
+}
+
+/// Writes new keys (`1 × kv_heads × n × head_dim`, contiguous) into a layer's keys in tiles from
+/// `pos` on, in place ([`kernel::store_keys`]). Why a custom op: candle's `slice_set` writes a
+/// range of one dimension, and a position's keys are one value in each row of its tile.
+#[derive(Clone, Copy)]
+struct StoreKeys {
+    pos: usize,
+    kv_heads: usize,
+    stored: usize,
+    head_dim: usize,
+}
+
+impl candle_core::InplaceOp2 for StoreKeys {
+    fn name(&self) -> &'static str {
+        "store-keys"
+    }
+
+    fn cpu_fwd(
+        &self,
+        keys: &mut CpuStorage,
+        keys_layout: &candle_core::Layout,
+        new: &CpuStorage,
+        new_layout: &candle_core::Layout,
+    ) -> Result<()> {
+        let (Some((ks, ke)), Some((ns, ne))) = (keys_layout.contiguous_offsets(), new_layout.contiguous_offsets())
+        else {
+            candle_core::bail!("store-keys: the cache and the new keys must be contiguous")
+        };
+        match (keys, new) {
+            (CpuStorage::F32(keys), CpuStorage::F32(new)) => {
+                let StoreKeys { pos, kv_heads, stored, head_dim } = *self;
+                kernel::store_keys(&mut keys[ks..ke], &new[ns..ne], kv_heads, stored, head_dim, pos);
+                Ok(())
+            }
+            _ => candle_core::bail!("store-keys: the KV cache must be F32"),
+        }
     }
 }
 
@@ -339,11 +384,13 @@ impl Qwen2 {
     /// A cache for up to `capacity` positions, allocated once.
     pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
         let capacity = capacity.min(self.max_positions);
+        let stored = capacity.next_multiple_of(kernel::TILE);
         let mut k = Vec::with_capacity(self.layers.len());
         let mut v = Vec::with_capacity(self.layers.len());
         for _ in &self.layers {
-            k.push(memory::zeros((1, self.kv_heads, self.head_dim, capacity), &self.device)?);
-            v.push(memory::zeros((1, self.kv_heads, capacity, self.head_dim), &self.device)?);
+            let tiles = (1, self.kv_heads, stored / kernel::TILE, self.head_dim, kernel::TILE);
+            k.push(memory::zeros(tiles, &self.device)?);
+            v.push(memory::zeros((1, self.kv_heads, stored, self.head_dim), &self.device)?);
         }
         Ok(Cache { k, v, len: 0, capacity })
     }
@@ -449,8 +496,7 @@ impl Qwen2 {
     }
 
     /// One item's attention in layer `l`: writes its keys and values (`1 × kv_heads × n × d`,
-    /// rotated; the keys transposed, as the cache stores them) into the cache at its position and
-    /// returns `n × hidden`.
+    /// rotated) into the cache at its position and returns `n × hidden`.
     fn attend(
         &self,
         cache: &mut Cache,
@@ -463,13 +509,22 @@ impl Qwen2 {
         let (pos, n) = (cache.len, q.dim(2)?);
         let total = pos + n;
         let groups = self.heads / self.kv_heads;
-        cache.k[l].slice_set(&k.transpose(2, 3)?.contiguous()?, 3, pos)?;
+        let store = StoreKeys { pos, kv_heads: self.kv_heads, stored: cache.stored(), head_dim: self.head_dim };
+        cache.k[l].inplace_op2(&k.contiguous()?, &store)?;
         cache.v[l].slice_set(v, 2, pos)?;
         if n == 1 {
             return self.attend_one(cache, l, q, total);
         }
-        // Keys as stored are already the transpose the scores multiply by.
-        let keys_t = cache.k[l].narrow(3, 0, total)?;
+        // The transpose the scores multiply by, `(1, kv_heads, d, total)`: the filled tiles with
+        // their rows laid end to end (a copy of the filled cache, small next to the chunk's work).
+        let tiles = total.div_ceil(kernel::TILE);
+        let keys_t = cache.k[l].narrow(2, 0, tiles)?.transpose(2, 3)?.contiguous()?.reshape((
+            1,
+            self.kv_heads,
+            self.head_dim,
+            tiles * kernel::TILE,
+        ))?;
+        let keys_t = keys_t.narrow(3, 0, total)?;
         let values = cache.v[l].narrow(2, 0, total)?;
         // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
         // head are stacked as rows of one matrix against that head's keys.
@@ -495,7 +550,7 @@ impl Qwen2 {
         let shape = kernel::AttentionShape {
             heads: self.heads,
             kv_heads: self.kv_heads,
-            capacity: cache.capacity,
+            capacity: cache.stored(),
             len: total,
             d: self.head_dim,
         };

@@ -154,7 +154,7 @@ pub struct RequestRecord {
     pub max_gap_ms: f64,
     pub finish_reason: FinishReason,
     /// Exact bytes of the request's KV cache (keys and values of every layer, F32, allocated for
-    /// its prompt plus cap).
+    /// its prompt plus cap, rounded up to whole tiles of 64 positions).
     pub kv_cache_bytes: usize,
 }
 

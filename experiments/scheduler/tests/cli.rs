@@ -78,14 +78,16 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
         assert_eq!(ids, ["interactive-a", "interactive-b", "long-document"], "sorted by id like the seed");
     }
     assert_eq!(consistency(&a.runs), (true, vec![]));
-    // KV cache bytes are exact: keys and values, every layer, F32, prompt plus cap positions.
+    // KV cache bytes are exact: keys and values, every layer, F32, prompt plus cap positions in
+    // whole tiles.
     let model = common::load::LoadedModel::load(&tmp.path().join("models/generated/tiny")).unwrap();
     let c = &model.config;
     let per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size / c.num_attention_heads) * 4;
     for run in &a.runs {
         for r in &run.requests {
             let job = a.jobs.iter().find(|j| j.id == r.id).unwrap();
-            assert_eq!(r.kv_cache_bytes, per_position * (job.prompt_tokens + job.max_new_tokens), "{}", r.id);
+            let positions = (job.prompt_tokens + job.max_new_tokens).next_multiple_of(common::kernel::TILE);
+            assert_eq!(r.kv_cache_bytes, per_position * positions, "{}", r.id);
         }
         assert!(run.peak_rss_bytes.unwrap_or(0) > 1 << 20, "peak resident memory recorded on Linux");
     }
