@@ -106,11 +106,11 @@ impl Screen {
         let p: Vec<i16> = screened.iter().flat_map(|(_, q)| q.p.iter().copied()).collect();
         // `dots[j][m]`: weight row j against the m-th screened row.
         let dots = kernel::int_products(&self.q, &p, screened.len(), self.k);
+        let acts: Vec<&Quantized> = screened.iter().map(|(_, q)| *q).collect();
         let ids: Vec<u32> = screened
             .par_iter()
-            .enumerate()
-            .map(|(m, (x, act))| {
-                let candidates = self.candidates(act, dots.iter().skip(m).step_by(screened.len()));
+            .zip(self.candidates(&acts, &dots))
+            .map(|((x, _), candidates)| {
                 let exact = kernel::selected_rows(w, self.k, x, &candidates);
                 tracing::trace!(candidates = candidates.len(), "greedy screen");
                 candidates[argmax(&exact) as usize] as u32
@@ -141,29 +141,57 @@ impl Screen {
         Some(Quantized { p, t, norm, eps_norm: eps2.sqrt() * (1.0 + MARGIN) })
     }
 
-    /// The rows whose exact logit against the activations could reach the largest lower bound,
-    /// so the largest is among them, in index order (ties then resolve as over the full
-    /// product); `dots` holds the exact integer products `q·p` of every row.
+    /// For each quantized activation row `m` of `acts`, the rows whose exact logit could reach
+    /// the largest lower bound, so the largest is among them, in index order (ties then resolve as
+    /// over the full product); `dots[j][m]` is the exact integer product `q_j·p_m`.
     ///
     /// Every row's logit is within `bound` of its approximation `s·t·(q·p)`, so the largest is
-    /// within `2·bound` of the largest approximation. One pass, in units of `t` (> 0): a row is
-    /// kept when near the largest approximation so far, and the few kept are filtered again
-    /// against the final one.
-    fn candidates<'a>(&self, x: &Quantized, dots: impl Iterator<Item = &'a i32>) -> Vec<usize> {
-        let bound = (self.slack * x.norm + self.slack_eps * x.eps_norm + self.floor) * (1.0 + MARGIN);
-        let width = 2.0 * bound / x.t;
-        // `s·d` rounds once in f64 (a 24-bit times a 31-bit integer): the margin covers it.
-        let near = |a: f64, best: f64| a + MARGIN * a.abs() >= best - MARGIN * best.abs() - width;
-        let mut best = f64::NEG_INFINITY;
-        let mut kept = Vec::new();
-        for (r, (d, s)) in dots.zip(&self.scale).enumerate() {
-            let a = *s as f64 * *d as f64;
-            best = best.max(a);
-            if near(a, best) {
-                kept.push((r, a));
-            }
+    /// within `2·bound` of the largest approximation. Two passes in units of `t` (> 0), each over
+    /// blocks of rows on every thread: the largest approximation, then the rows near it. (One
+    /// pass keeping rows near the largest so far ran on one thread per activation row, and each
+    /// row's comparison waited on the last: a few percent of a four-session step.)
+    fn candidates(&self, acts: &[&Quantized], dots: &[i32]) -> Vec<Vec<usize>> {
+        const BLOCK: usize = 4096;
+        let n = acts.len();
+        if n == 0 {
+            return Vec::new();
         }
-        kept.into_iter().filter(|(_, a)| near(*a, best)).map(|(r, _)| r).collect()
+        let widths: Vec<f64> = acts
+            .iter()
+            .map(|x| 2.0 * (self.slack * x.norm + self.slack_eps * x.eps_norm + self.floor) * (1.0 + MARGIN) / x.t)
+            .collect();
+        // `s·d` rounds once in f64 (a 24-bit times a 31-bit integer): the margin covers it.
+        let blocks = || dots.par_chunks(BLOCK * n).zip(self.scale.par_chunks(BLOCK));
+        let best = blocks()
+            .map(|(dots, scale)| {
+                let mut best = vec![f64::NEG_INFINITY; n];
+                for (dots, s) in dots.chunks_exact(n).zip(scale) {
+                    for (best, d) in best.iter_mut().zip(dots) {
+                        let a = *s as f64 * *d as f64;
+                        *best = if a > *best { a } else { *best };
+                    }
+                }
+                best
+            })
+            .reduce(|| vec![f64::NEG_INFINITY; n], |a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect());
+        let lowest: Vec<f64> =
+            best.iter().zip(&widths).map(|(best, width)| best - MARGIN * best.abs() - width).collect();
+        let kept: Vec<Vec<Vec<usize>>> = blocks()
+            .enumerate()
+            .map(|(b, (dots, scale))| {
+                let mut kept = vec![Vec::new(); n];
+                for (j, (dots, s)) in dots.chunks_exact(n).zip(scale).enumerate() {
+                    for ((kept, lowest), d) in kept.iter_mut().zip(&lowest).zip(dots) {
+                        let a = *s as f64 * *d as f64;
+                        if a + MARGIN * a.abs() >= *lowest {
+                            kept.push(b * BLOCK + j);
+                        }
+                    }
+                }
+                kept
+            })
+            .collect();
+        (0..n).map(|m| kept.iter().flat_map(|kept| kept[m].iter().copied()).collect()).collect()
     }
 }
 
@@ -222,7 +250,7 @@ mod tests {
     fn candidates(screen: &Screen, x: &[f32]) -> Vec<usize> {
         let q = screen.quantize_x(x).unwrap();
         let dots = kernel::int_products(&screen.q, &q.p, 1, screen.k);
-        screen.candidates(&q, dots.iter())
+        screen.candidates(&[&q], &dots).remove(0)
     }
 
     #[test]
@@ -232,11 +260,17 @@ mod tests {
         let xs = data(rows * k, 2);
         let screen = Screen::new(&w, k).unwrap();
         let ids = screen.argmax(&w, &xs);
+        // Every row's candidates from one scan of all rows' products.
+        let quantized: Vec<Quantized> = xs.chunks_exact(k).map(|x| screen.quantize_x(x).unwrap()).collect();
+        let p: Vec<i16> = quantized.iter().flat_map(|q| q.p.iter().copied()).collect();
+        let dots = kernel::int_products(&screen.q, &p, rows, k);
+        let together = screen.candidates(&quantized.iter().collect::<Vec<_>>(), &dots);
         for (r, x) in xs.chunks_exact(k).enumerate() {
             assert_eq!(ids[r], Some(full(&w, x, k)), "row {r}");
             // A screen, not a full product in disguise: few rows are left to compute exactly.
-            let left = candidates(&screen, x).len();
-            assert!((1..=vocab / 20).contains(&left), "row {r}: {left} candidates of {vocab}");
+            let left = candidates(&screen, x);
+            assert!((1..=vocab / 20).contains(&left.len()), "row {r}: {} candidates of {vocab}", left.len());
+            assert_eq!(together[r], left, "row {r}: scanned with the others or alone");
         }
     }
 
