@@ -160,39 +160,46 @@ impl Screen {
             .iter()
             .map(|x| 2.0 * (self.slack * x.norm + self.slack_eps * x.eps_norm + self.floor) * (1.0 + MARGIN) / x.t)
             .collect();
-        // `s·d` rounds once in f64 (a 24-bit times a 31-bit integer): the margin covers it.
         let blocks = || dots.par_chunks(BLOCK * n).zip(self.scale.par_chunks(BLOCK));
         let best = blocks()
-            .map(|(dots, scale)| {
-                let mut best = vec![f64::NEG_INFINITY; n];
-                for (dots, s) in dots.chunks_exact(n).zip(scale) {
-                    for (best, d) in best.iter_mut().zip(dots) {
-                        let a = *s as f64 * *d as f64;
-                        *best = if a > *best { a } else { *best };
-                    }
-                }
-                best
-            })
+            .map(|(dots, scale)| (0..n).map(|m| largest_approximation(scale, dots, n, m)).collect::<Vec<f64>>())
             .reduce(|| vec![f64::NEG_INFINITY; n], |a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect());
-        let lowest: Vec<f64> =
-            best.iter().zip(&widths).map(|(best, width)| best - MARGIN * best.abs() - width).collect();
         let kept: Vec<Vec<Vec<usize>>> = blocks()
             .enumerate()
             .map(|(b, (dots, scale))| {
-                let mut kept = vec![Vec::new(); n];
-                for (j, (dots, s)) in dots.chunks_exact(n).zip(scale).enumerate() {
-                    for ((kept, lowest), d) in kept.iter_mut().zip(&lowest).zip(dots) {
-                        let a = *s as f64 * *d as f64;
-                        if a + MARGIN * a.abs() >= *lowest {
-                            kept.push(b * BLOCK + j);
-                        }
-                    }
-                }
-                kept
+                let kept_of = |m: usize| {
+                    let lowest = best[m] - MARGIN * best[m].abs() - widths[m];
+                    let near = scale.iter().enumerate().filter(move |&(j, s)| {
+                        let a = approximation(*s, dots[j * n + m]);
+                        a + MARGIN * a.abs() >= lowest
+                    });
+                    near.map(|(j, _)| b * BLOCK + j).collect()
+                };
+                (0..n).map(kept_of).collect()
             })
             .collect();
         (0..n).map(|m| kept.iter().flat_map(|kept| kept[m].iter().copied()).collect()).collect()
     }
+}
+
+/// A row's approximate logit in units of `t`: `s·d` rounds once in f64 (a 24-bit times a
+/// 31-bit integer), which the margin covers.
+#[inline(always)]
+fn approximation(s: f32, d: i32) -> f64 {
+    s as f64 * d as f64
+}
+
+/// The largest approximation of activation row `m` over a block of rows (`scale`, and `dots`
+/// holding `n` products per row), in eight lanes so that no comparison waits on the one before.
+fn largest_approximation(scale: &[f32], dots: &[i32], n: usize, m: usize) -> f64 {
+    let mut lanes = [f64::NEG_INFINITY; 8];
+    for (c, eight) in scale.chunks(8).enumerate() {
+        for (l, (s, lane)) in eight.iter().zip(&mut lanes).enumerate() {
+            let a = approximation(*s, dots[(c * 8 + l) * n + m]);
+            *lane = if a > *lane { a } else { *lane };
+        }
+    }
+    lanes.into_iter().fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// One row's scale and bound factors.
