@@ -115,8 +115,12 @@ impl Proj {
 
     /// `x` is `rows × in` (F32); returns `rows × out`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = with_weights!(self.w, |w| self.product(w, x)?);
-        Tensor::from_vec(y, (x.dim(0)?, self.out), x.device())
+        Tensor::from_vec(self.outputs(x)?, (x.dim(0)?, self.out), x.device())
+    }
+
+    /// [`Self::forward`]'s values, row-major, for a caller that works on them directly.
+    fn outputs(&self, x: &Tensor) -> Result<Vec<f32>> {
+        with_weights!(self.w, |w| self.product(w, x))
     }
 
     /// For each row of `x` (`rows × in`, F32), the first index of the largest output: through
@@ -468,9 +472,9 @@ impl Qwen2 {
             let attn = Tensor::cat(&outputs, 0)?;
             x = (x + layer.o.forward(&attn)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let gate_up = layer.gate_up.forward(&h)?;
-            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.inter)?)?;
-            let mlp = layer.down.forward(&(gate * gate_up.narrow(1, self.inter, self.inter)?)?)?;
+            let gate_up = layer.gate_up.outputs(&h)?;
+            let act = Tensor::from_vec(kernel::silu_mul(&gate_up, rows), (rows, self.inter), &self.device)?;
+            let mlp = layer.down.forward(&act)?;
             x = (x + mlp)?;
         }
         let mut last = Vec::with_capacity(items.len());
