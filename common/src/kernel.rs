@@ -155,12 +155,18 @@ pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 pub fn silu_mul(gate_up: &[f32], rows: usize) -> Vec<f32> {
     assert!(rows > 0 && gate_up.len().is_multiple_of(2 * rows), "silu_mul: shapes do not agree");
     let inter = gate_up.len() / (2 * rows);
+    const CHUNK: usize = 1024;
     let mut out = vec![0f32; rows * inter];
-    out.par_iter_mut().enumerate().with_min_len(1024).for_each(|(e, out)| {
-        let (row, i) = (e / inter, e % inter);
-        let (gate, up) = (gate_up[2 * row * inter + i], gate_up[(2 * row + 1) * inter + i]);
-        let silu = gate / (1.0 + (-gate).exp());
-        *out = silu * up;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
+        let (mut row, mut i) = (c * CHUNK / inter, c * CHUNK % inter);
+        for out in out {
+            let (gate, up) = (gate_up[2 * row * inter + i], gate_up[(2 * row + 1) * inter + i]);
+            *out = gate / (1.0 + (-gate).exp()) * up;
+            i += 1;
+            if i == inter {
+                (row, i) = (row + 1, 0);
+            }
+        }
     });
     out
 }
