@@ -1052,7 +1052,7 @@ pub(crate) mod tests {
     #[test]
     fn single_row_attention_matches_a_plain_f64_softmax_over_the_filled_positions() {
         // Head widths through every slice width of the weighted sums (64, 16, 1), contexts through
-        // every slice width of the scores (128, 64, 16, 1) and spanning several tiles.
+        // every slice width of the scores (64, 16, 1) and spanning several tiles.
         for (d, capacity, len) in [(16, 64, 37), (72, 192, 150), (64, 192, 129), (64, 448, 337)] {
             let shape = AttentionShape { heads: 6, kv_heads: 2, capacity, len, d };
             // Keys and values as computed: position j's at [kv][j].

@@ -1,9 +1,11 @@
-//! Where the weight matrices live in memory.
+//! Where the weight matrices and the KV caches live in memory.
 //!
 //! A decode step streams every weight once: two gigabytes of F32 for Qwen2.5-0.5B, half a million
 //! 4 KiB pages, each a TLB miss and a page walk on the way. On 2 MiB pages the same stream misses
 //! a thousand times, which measured 4-8% more bandwidth for the projection kernel on Linux, where
 //! transparent huge pages are commonly granted only to memory that asks for them (`madvise`).
+//! Both start on a huge-page boundary, so on a cache line too: no 512-bit load of the kernels
+//! straddles two lines.
 
 use candle_core::{CpuStorage, DType, Device, Result, Shape, Storage, Tensor, WithDType};
 
