@@ -120,6 +120,12 @@ impl Screen {
         quantized.iter().map(|q| q.as_ref().and_then(|_| ids.next())).collect()
     }
 
+    /// How far any row's exact logit against `x` can be from its approximation `s·t·(q·p)`
+    /// (the module docs derive it), before the margin for the f64 arithmetic.
+    fn bound(&self, x: &Quantized) -> f64 {
+        self.slack * x.norm + self.slack_eps * x.eps_norm + self.floor
+    }
+
     /// `x` quantized to sixteen bits (`x ≈ t·p`, `|p| ≤ limit`); None when no bound holds.
     fn quantize_x(&self, x: &[f32]) -> Option<Quantized> {
         let norm = x.iter().map(|v| *v as f64 * *v as f64).sum::<f64>().sqrt() * (1.0 + MARGIN);
@@ -156,10 +162,7 @@ impl Screen {
         if n == 0 {
             return Vec::new();
         }
-        let widths: Vec<f64> = acts
-            .iter()
-            .map(|x| 2.0 * (self.slack * x.norm + self.slack_eps * x.eps_norm + self.floor) * (1.0 + MARGIN) / x.t)
-            .collect();
+        let widths: Vec<f64> = acts.iter().map(|x| 2.0 * self.bound(x) * (1.0 + MARGIN) / x.t).collect();
         let blocks = || dots.par_chunks(BLOCK * n).zip(self.scale.par_chunks(BLOCK));
         let best = blocks()
             .map(|(dots, scale)| (0..n).map(|m| largest_approximation(scale, dots, n, m)).collect::<Vec<f64>>())
@@ -297,7 +300,7 @@ mod tests {
         let exact = kernel::linear(&w, None, &x, 1, k);
         let q = screen.quantize_x(&x).unwrap();
         let dots = kernel::int_products(&screen.q, &q.p, 1, k);
-        let bound = screen.slack * q.norm + screen.slack_eps * q.eps_norm + screen.floor;
+        let bound = screen.bound(&q);
         for r in 0..vocab {
             let approx = screen.scale[r] as f64 * q.t * dots[r] as f64;
             assert!((exact[r] as f64 - approx).abs() <= bound, "row {r}: {} vs {approx}, bound {bound}", exact[r]);

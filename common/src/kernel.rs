@@ -218,10 +218,11 @@ pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale:
 }
 
 /// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_one`]'s
-/// layout, `capacity` positions per KV head): `new` is `kv_heads × n × d`, as the projection
-/// computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`, at `p % TILE`.
-pub fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, capacity: usize, d: usize, pos: usize) {
-    let n = new.len() / (kv_heads * d);
+/// layout, `keys.len() / (kv_heads · d)` positions per KV head): `new` is `kv_heads × n × d`, as
+/// the projection computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`,
+/// at `p % TILE`.
+pub fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
+    let (capacity, n) = (keys.len() / (kv_heads * d), new.len() / (kv_heads * d));
     assert!(keys.len() == kv_heads * capacity * d && new.len() == kv_heads * n * d, "store_keys: shapes do not agree");
     assert!(capacity.is_multiple_of(TILE) && pos + n <= capacity, "store_keys: positions past the capacity");
     for (h, head) in new.chunks_exact(n * d).enumerate() {
@@ -1058,7 +1059,7 @@ pub(crate) mod tests {
             // Keys and values as computed: position j's at [kv][j].
             let (q, plain_keys, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
             let mut k = vec![0f32; 2 * capacity * d];
-            store_keys(&mut k, &plain_keys, 2, capacity, d, 0);
+            store_keys(&mut k, &plain_keys, 2, d, 0);
             let out = attend_one(&q, &k, &v, shape, 0.25);
             for h in 0..6 {
                 let kv = h / 3;
@@ -1084,7 +1085,7 @@ pub(crate) mod tests {
         let (kv_heads, capacity, d) = (2, 3 * TILE, 8);
         let plain = data(kv_heads * capacity * d, 26);
         let mut at_once = vec![0f32; kv_heads * capacity * d];
-        store_keys(&mut at_once, &plain, kv_heads, capacity, d, 0);
+        store_keys(&mut at_once, &plain, kv_heads, d, 0);
         for h in 0..kv_heads {
             for p in 0..capacity {
                 for i in 0..d {
@@ -1099,7 +1100,7 @@ pub(crate) mod tests {
             let new: Vec<f32> = (0..kv_heads)
                 .flat_map(|h| plain[(h * capacity + from) * d..(h * capacity + to) * d].to_vec())
                 .collect();
-            store_keys(&mut pieces, &new, kv_heads, capacity, d, from);
+            store_keys(&mut pieces, &new, kv_heads, d, from);
         }
         assert_eq!(pieces, at_once);
     }
@@ -1162,7 +1163,7 @@ pub(crate) mod tests {
         let capacity = len.next_multiple_of(TILE);
         let (q, plain_keys) = (data(groups * d, 20), data(capacity * d, 21));
         let mut keys = vec![0f32; capacity * d];
-        store_keys(&mut keys, &plain_keys, 1, capacity, d, 0);
+        store_keys(&mut keys, &plain_keys, 1, d, 0);
         let mut probs = vec![0f32; groups * len];
         scores(&q, &keys, d, 0.3, &mut probs);
         for g in 0..groups {

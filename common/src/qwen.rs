@@ -269,7 +269,6 @@ impl Cache {
 struct StoreKeys {
     pos: usize,
     kv_heads: usize,
-    stored: usize,
     head_dim: usize,
 }
 
@@ -291,8 +290,8 @@ impl candle_core::InplaceOp2 for StoreKeys {
         };
         match (keys, new) {
             (CpuStorage::F32(keys), CpuStorage::F32(new)) => {
-                let StoreKeys { pos, kv_heads, stored, head_dim } = *self;
-                kernel::store_keys(&mut keys[ks..ke], &new[ns..ne], kv_heads, stored, head_dim, pos);
+                let StoreKeys { pos, kv_heads, head_dim } = *self;
+                kernel::store_keys(&mut keys[ks..ke], &new[ns..ne], kv_heads, head_dim, pos);
                 Ok(())
             }
             _ => candle_core::bail!("store-keys: the KV cache must be F32"),
@@ -513,7 +512,7 @@ impl Qwen2 {
         let (pos, n) = (cache.len, q.dim(2)?);
         let total = pos + n;
         let groups = self.heads / self.kv_heads;
-        let store = StoreKeys { pos, kv_heads: self.kv_heads, stored: cache.stored(), head_dim: self.head_dim };
+        let store = StoreKeys { pos, kv_heads: self.kv_heads, head_dim: self.head_dim };
         cache.k[l].inplace_op2(&k.contiguous()?, &store)?;
         cache.v[l].slice_set(v, 2, pos)?;
         if n == 1 {
