@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Model and output flags shared by every experiment.
+// The field docs are the `--help` text, where `<name>` is the usual placeholder, not HTML.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct ModelArgs {
     /// Experiment manifest to run [default: manifests/<experiment>/tiny.json].
