@@ -253,7 +253,7 @@ mod tests {
 
     /// The id the full product's logits give.
     fn full<W: Weight>(w: &[W], x: &[f32], k: usize) -> u32 {
-        argmax(&kernel::linear(w, None, x, 1, k))
+        argmax(&kernel::linear(w, kernel::Layout::rows(k), None, x, 1))
     }
 
     /// The rows the screen leaves to compute exactly for activations `x`.
@@ -297,7 +297,7 @@ mod tests {
         let mut x = data(k, 4);
         x[9] = 25.0;
         let screen = Screen::new(&w, k).unwrap();
-        let exact = kernel::linear(&w, None, &x, 1, k);
+        let exact = kernel::linear(&w, kernel::Layout::rows(k), None, &x, 1);
         let q = screen.quantize_x(&x).unwrap();
         let dots = kernel::int_products(&screen.q, &q.p, 1, k);
         let bound = screen.bound(&q);

@@ -13,8 +13,8 @@
 //! bit-identical logits, and batching cannot change greedy ids.
 //!
 //! Also here, for the same steps: the exact integer products that screen the head for greedy ids
-//! ([`int_products`], used by `crate::greedy`), and attention of one new position over a session's
-//! cache ([`attend_one`]).
+//! ([`int_products`], used by `crate::greedy`), and attention of each decoding session's new
+//! position over its cache ([`attend_each`]).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -28,6 +28,82 @@ pub const MAX_ROWS: usize = 8;
 /// 896-row projections, large enough that scheduling costs little.
 const BLOCK: usize = 32;
 
+/// Columns per block of a matrix stored in column blocks ([`Layout::blocked`]): four rows of
+/// activations over this many columns take 16 KB, a third of a 48 KB L1.
+pub const COLUMN_BLOCK: usize = 1024;
+
+/// How a weight matrix of `k` columns lies in memory: in blocks of `width` columns (the last one
+/// narrower when `width` does not divide `k`), each block holding every row's values in its
+/// columns, row after row. `width >= k` is plain row-major.
+///
+/// Why blocks: a product of several rows reloads the activations for every weight row. Four rows
+/// of a 4864-wide input (the MLP's down projection) are 78 KB, more than L1, so they came from L2
+/// at every weight row, and four rows cost 75% more than one from memory (other shapes: 35%). A
+/// task then walks its rows block by block with the block's activations in L1, and the
+/// accumulators carried over: every output does the same operations in the same order, so the
+/// bits do not depend on the layout. Walking row-major weights block by block instead made each
+/// task read its rows in pieces, many short streams, which measured slower from memory than no
+/// blocking; stored in blocks, a task's rows in a block are one contiguous stream (down
+/// projection, 24 layers from memory in a quiet minute: four rows 11.0-12.1 → 8.0-8.4 ms; one
+/// row 5.5-5.7 → 5.9-6.3 ms, its stream broken at every block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    k: usize,
+    width: usize,
+}
+
+impl Layout {
+    /// Row-major.
+    pub fn rows(k: usize) -> Self {
+        Layout { k, width: k.max(1) }
+    }
+
+    /// In blocks of [`COLUMN_BLOCK`] columns (row-major when `k` is no wider).
+    pub fn blocked(k: usize) -> Self {
+        Layout { k, width: k.clamp(1, COLUMN_BLOCK) }
+    }
+
+    /// Columns of the matrix.
+    pub fn k(self) -> usize {
+        self.k
+    }
+
+    /// The first column and width of each block.
+    pub fn blocks(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.k).step_by(self.width).map(move |col| (col, self.width.min(self.k - col)))
+    }
+
+    /// Rows `first..first + n` of the block at `col`, `wc` wide, of matrix `w` in this layout:
+    /// `n × wc`, row-major. (Every earlier block is full width, so this one starts at `col × out`.)
+    pub fn piece<W>(self, w: &[W], (col, wc): (usize, usize), first: usize, n: usize) -> &[W] {
+        let start = col * (w.len() / self.k);
+        &w[start + first * wc..start + (first + n) * wc]
+    }
+
+    /// Row-major `w` (`out × k`) rearranged into this layout.
+    pub fn arrange<W: Copy>(self, w: &[W]) -> Vec<W> {
+        let mut laid = Vec::with_capacity(w.len());
+        for (col, wc) in self.blocks() {
+            for row in w.chunks_exact(self.k) {
+                laid.extend_from_slice(&row[col..col + wc]);
+            }
+        }
+        laid
+    }
+
+    /// Row `j` of `w` (in this layout) as one slice: gathered into `buf` unless row-major.
+    pub fn row<'a, W: Copy>(self, w: &'a [W], j: usize, buf: &'a mut Vec<W>) -> &'a [W] {
+        if self.width >= self.k {
+            return &w[j * self.k..(j + 1) * self.k];
+        }
+        buf.clear();
+        for block in self.blocks() {
+            buf.extend_from_slice(self.piece(w, block, j, 1));
+        }
+        buf
+    }
+}
+
 /// Element types a weight matrix may be stored in. Accumulation is always F32.
 pub trait Weight: Copy + Send + Sync + 'static {
     fn to_f32(self) -> f32;
@@ -35,7 +111,7 @@ pub trait Weight: Copy + Send + Sync + 'static {
     fn widen_into(src: &[Self], dst: &mut [f32]);
     /// One task's products (the portable `block`) through the SIMD path; false when the CPU
     /// lacks its instructions (the portable path then runs).
-    fn block_simd(w: &[Self], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
+    fn block_simd(w: &[Self], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
 }
 
 /// The weight types differ only in how a value widens and which SIMD block they use (F16 also
@@ -50,15 +126,15 @@ macro_rules! weight {
             fn widen_into($src: &[$ty], $dst: &mut [f32]) {
                 $widen
             }
-            fn block_simd(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+            fn block_simd(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
                 #[cfg(target_arch = "x86_64")]
                 if simd::available() && (!$f16c || std::arch::is_x86_feature_detected!("f16c")) {
                     // SAFETY: the CPU has the instructions (checked above); `linear` checked the
                     // shapes.
-                    unsafe { simd::$block::best(w, k, x, rows, yt) };
+                    unsafe { simd::$block::best(w, layout, first, x, rows, yt) };
                     return true;
                 }
-                let _ = (w, k, x, rows, yt);
+                let _ = (w, layout, first, x, rows, yt);
                 false
             }
         }
@@ -69,17 +145,16 @@ weight!(f32, block_f32, needs_f16c: false, |v| v, |src, dst| dst.copy_from_slice
 weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
 weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
 
-/// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight as stored),
-/// `y` is `rows × out`, all row-major.
-pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, k: usize) -> Vec<f32> {
+/// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight) in
+/// `layout`, `y` is `rows × out`; `x` and `y` row-major.
+pub fn linear<W: Weight>(w: &[W], layout: Layout, bias: Option<&[f32]>, x: &[f32], rows: usize) -> Vec<f32> {
+    let k = layout.k;
     assert!(k > 0 && w.len().is_multiple_of(k) && x.len() == rows * k, "linear: shapes do not agree");
     let out = w.len() / k;
     // Computed transposed (`out × rows`) so every task owns one contiguous piece of the output.
     let mut yt = vec![0f32; out * rows];
     on_cache_lines(x, |x| {
-        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| {
-            products(&w[b * BLOCK * k..(b * BLOCK + yt.len() / rows) * k], k, x, rows, yt);
-        })
+        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| products(w, layout, b * BLOCK, x, rows, yt))
     });
     // Bias added after the product, as candle's Linear adds it.
     if rows == 1 {
@@ -101,14 +176,14 @@ pub fn linear<W: Weight>(w: &[W], bias: Option<&[f32]>, x: &[f32], rows: usize, 
     y
 }
 
-/// `w[j] · x` for the weight rows `js` only (`x` one row of `k`): the same bits as the `j`th
-/// output of [`linear`] without bias, since each output depends only on its own rows.
+/// `w[j] · x` for the weight rows `js` only (`w` row-major, `x` one row of `k`): the same bits as
+/// the `j`th output of [`linear`] without bias, since each output depends only on its own rows.
 pub fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> Vec<f32> {
     assert!(x.len() == k && js.iter().all(|j| (j + 1) * k <= w.len()), "selected_rows: shapes do not agree");
     let mut y = vec![0f32; js.len()];
     on_cache_lines(x, |x| {
         y.par_iter_mut().zip(js).with_min_len(BLOCK).for_each(|(y, j)| {
-            products(&w[j * k..(j + 1) * k], k, x, 1, std::slice::from_mut(y));
+            products(w, Layout::rows(k), *j, x, 1, std::slice::from_mut(y));
         })
     });
     y
@@ -179,11 +254,22 @@ pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
     out
 }
 
-/// Attention of one new position over a cache, for every query head: `q` is `heads × d`; `k` is
-/// one layer's keys in tiles of [`TILE`] positions, `kv_heads × (capacity / TILE) × d × TILE`
-/// (per KV head and tile, one row per dimension, the tile's positions along it; see
-/// [`store_keys`]); `v` its values, `kv_heads × capacity × d`; both filled up to `len` positions
-/// (the new one included). `capacity` is a whole number of tiles. Returns `heads × d`.
+/// One new position of a session to attend over its cache ([`attend_each`]): `q` is `heads × d`;
+/// `k` is one layer's keys in tiles of [`TILE`] positions, `kv_heads × (capacity / TILE) × d ×
+/// TILE` (per KV head and tile, one row per dimension, the tile's positions along it; see
+/// [`store_keys`]); `v` its values, `kv_heads × capacity × d`; both filled up to `shape.len`
+/// positions (the new one included). `capacity` is a whole number of tiles.
+pub struct Attending<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub shape: AttentionShape,
+}
+
+/// Attention of each item's new position over its cache, for every query head; returns each
+/// item's `heads × d` outputs, one item after another. Every item's KV heads are one parallel
+/// region's tasks: one region per layer for a batch of decoding sessions, not one per session.
+/// An item's outputs do not depend on the others.
 ///
 /// Why not candle's matmul and softmax: for a single query row they cost several times the
 /// bytes they read, so a decode step grew ~30% slower from context 64 to 4096. Here each KV
@@ -196,13 +282,20 @@ pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
 /// rows of a whole capacity made a tile sixty-four streams a row apart, which measured 14%
 /// slower at context 4096, and 30% slower at capacities that are multiples of 1024 (every row
 /// then falls in the same L1 sets). The softmax runs in vector registers too (`softmax`).
-pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale: f32) -> Vec<f32> {
-    let AttentionShape { heads, kv_heads, capacity, len, d } = shape;
+pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
+    let Some(first) = items.first() else { return Vec::new() };
+    let AttentionShape { heads, kv_heads, d, .. } = first.shape;
     let groups = heads / kv_heads;
-    assert!(q.len() == heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len() && len <= capacity);
-    assert!(capacity.is_multiple_of(TILE), "attend_one: a capacity of whole tiles");
-    let mut out = vec![0f32; heads * d];
-    out.par_chunks_mut(groups * d).enumerate().for_each(|(h, out)| {
+    for Attending { q, k, v, shape } in items {
+        let AttentionShape { capacity, len, .. } = *shape;
+        assert!((shape.heads, shape.kv_heads, shape.d) == (heads, kv_heads, d), "attend_each: one model's heads");
+        assert!(q.len() == heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len() && len <= capacity);
+        assert!(capacity.is_multiple_of(TILE), "attend_each: a capacity of whole tiles");
+    }
+    let mut out = vec![0f32; items.len() * heads * d];
+    out.par_chunks_mut(groups * d).enumerate().for_each(|(task, out)| {
+        let (item, h) = (&items[task / kv_heads], task % kv_heads);
+        let (Attending { q, k, v, .. }, AttentionShape { capacity, len, .. }) = (item, item.shape);
         // The tiles that hold the first `len` positions.
         let keys = &k[h * capacity * d..(h * capacity + len.next_multiple_of(TILE)) * d];
         let values = &v[h * capacity * d..(h * capacity + len) * d];
@@ -217,7 +310,7 @@ pub fn attend_one(q: &[f32], k: &[f32], v: &[f32], shape: AttentionShape, scale:
     out
 }
 
-/// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_one`]'s
+/// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_each`]'s
 /// layout, `keys.len() / (kv_heads · d)` positions per KV head): `new` is `kv_heads × n × d`, as
 /// the projection computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`,
 /// at `p % TILE`.
@@ -367,7 +460,7 @@ fn exp(x: f32) -> f32 {
 
 compiled_for_vectors!(
     /// `probs[g][j] = scale · Σ_i q[g][i] · key_j[i]`: every query head `g`'s score at every
-    /// position `j` over `d` dimensions, the keys in tiles ([`attend_one`]); each summed in
+    /// position `j` over `d` dimensions, the keys in tiles ([`attend_each`]); each summed in
     /// dimension order by fused multiply-adds, then scaled.
     fn scores(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32]) => scores_with
 );
@@ -417,7 +510,7 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
     }
 }
 
-/// Positions per tile of the cached keys ([`attend_one`]), and of the weighted sums: a tile's keys
+/// Positions per tile of the cached keys ([`attend_each`]), and of the weighted sums: a tile's keys
 /// (or values) stay in L1 for every query head of their group.
 pub const TILE: usize = 64;
 
@@ -547,7 +640,7 @@ fn int_dot(q: &[i8], p: &[i16]) -> i32 {
     q.iter().zip(p).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum()
 }
 
-/// The dimensions [`attend_one`] works in.
+/// The dimensions [`attend_each`] works in.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionShape {
     pub heads: usize,
@@ -559,18 +652,22 @@ pub struct AttentionShape {
     pub d: usize,
 }
 
-/// `yt[j][r] = w[j] · x[r]` on one thread, through the SIMD path where the CPU has it.
-fn products<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-    if !W::block_simd(w, k, x, rows, yt) {
-        block(w, k, x, rows, yt);
+/// One task's share, on one thread: `yt[j][r] = w[first + j] · x[r]` for `yt.len() / rows`
+/// weight rows from `first`, through the SIMD path where the CPU has it. The SIMD path walks them
+/// in memory order (one sequential stream the prefetcher follows, per column block).
+fn products<W: Weight>(w: &[W], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+    if !W::block_simd(w, layout, first, x, rows, yt) {
+        block(w, layout, first, x, rows, yt);
     }
 }
 
-/// One task's share: `yt[j][r] = w[j] · x[r]` for its weight rows `w` (`yt.len() / rows` of
-/// them), walked in memory order: one sequential stream the prefetcher follows.
-fn block<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-    for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-        for (y, x) in yt.iter_mut().zip(x.chunks_exact(k)) {
+/// [`products`] without SIMD: each weight row (gathered when in column blocks) against each
+/// activation row.
+fn block<W: Weight>(w: &[W], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+    let mut buf = Vec::new();
+    for (j, yt) in yt.chunks_exact_mut(rows).enumerate() {
+        let wj = layout.row(w, first + j, &mut buf);
+        for (y, x) in yt.iter_mut().zip(x.chunks_exact(layout.k)) {
             *y = portable_dot(wj, x);
         }
     }
@@ -612,7 +709,7 @@ fn reduce(acc: [[f32; 8]; 4]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::Weight;
+    use super::{Layout, Weight};
     use half::{bf16, f16};
     use std::arch::x86_64::*;
 
@@ -664,11 +761,25 @@ mod simd {
     unsafe fn dots_256<W: Weight, const R: usize>(
         w: *const W,
         xs: [&[f32]; R],
-        load8: impl Fn(*const W, usize) -> __m256,
+        load8: impl Fn(*const W, usize) -> __m256 + Copy,
     ) -> [f32; R] {
-        let len = xs[0].len();
-        let blocks = len / 32 * 32;
         let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        run_256(w, xs, &mut acc, load8);
+        end_256(w, xs, acc, load8)
+    }
+
+    /// [`dots_256`]'s blocks of 32 (`xs[0].len() / 32` of them), added to `acc`: a row can be
+    /// run a column block at a time with its accumulators carried over.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn run_256<W: Weight, const R: usize>(
+        w: *const W,
+        xs: [&[f32]; R],
+        carried: &mut [[__m256; 4]; R],
+        load8: impl Fn(*const W, usize) -> __m256,
+    ) {
+        let blocks = xs[0].len() / 32 * 32;
+        let mut acc = *carried;
         let mut i = 0;
         while i < blocks {
             if R > 1 {
@@ -682,21 +793,20 @@ mod simd {
             }
             i += 32;
         }
-        end_256(w, xs, acc, blocks, load8)
+        *carried = acc;
     }
 
-    /// The end of a row's dot products after its 32-blocks (element `blocks` on): the whole
-    /// eights left into the first accumulator, the fixed reduction, the scalar tail.
+    /// The end of a row's dot products after its 32-blocks: the whole eights left into the first
+    /// accumulator, the fixed reduction, the scalar tail.
     #[inline(always)]
     #[allow(clippy::needless_range_loop)]
     unsafe fn end_256<W: Weight, const R: usize>(
         w: *const W,
         xs: [&[f32]; R],
         mut acc: [[__m256; 4]; R],
-        blocks: usize,
         load8: impl Fn(*const W, usize) -> __m256,
     ) -> [f32; R] {
-        let eights = xs[0].len() / 8 * 8;
+        let (blocks, eights) = (xs[0].len() / 32 * 32, xs[0].len() / 8 * 8);
         let mut i = blocks;
         while i < eights {
             let v = load8(w, i);
@@ -723,12 +833,25 @@ mod simd {
     unsafe fn dots_512<W: Weight, const R: usize>(
         w: *const W,
         xs: [&[f32]; R],
-        load8: impl Fn(*const W, usize) -> __m256,
+        load8: impl Fn(*const W, usize) -> __m256 + Copy,
         load16: impl Fn(*const W, usize) -> __m512,
     ) -> [f32; R] {
-        let len = xs[0].len();
-        let blocks = len / 32 * 32;
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        run_512(w, xs, &mut acc, load16);
+        end_512(w, xs, acc, load8)
+    }
+
+    /// [`run_256`] for [`dots_512`].
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn run_512<W: Weight, const R: usize>(
+        w: *const W,
+        xs: [&[f32]; R],
+        carried: &mut [[__m512; 2]; R],
+        load16: impl Fn(*const W, usize) -> __m512,
+    ) {
+        let blocks = xs[0].len() / 32 * 32;
+        let mut acc = *carried;
         let mut i = 0;
         while i < blocks {
             if R > 1 {
@@ -742,7 +865,19 @@ mod simd {
             }
             i += 32;
         }
-        // Back to the four eight-lane accumulators of each output.
+        *carried = acc;
+    }
+
+    /// [`end_256`] for [`dots_512`]'s accumulators, split back into the four eight-lane ones of
+    /// each output.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn end_512<W: Weight, const R: usize>(
+        w: *const W,
+        xs: [&[f32]; R],
+        acc: [[__m512; 2]; R],
+        load8: impl Fn(*const W, usize) -> __m256,
+    ) -> [f32; R] {
         let mut acc8 = [[_mm256_setzero_ps(); 4]; R];
         for r in 0..R {
             for h in 0..2 {
@@ -751,7 +886,7 @@ mod simd {
                 acc8[r][2 * h + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v));
             }
         }
-        end_256(w, xs, acc8, blocks, load8)
+        end_256(w, xs, acc8, load8)
     }
 
     /// [`super::int_block`] with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
@@ -836,6 +971,77 @@ mod simd {
         out
     }
 
+    /// Columns `col..col + width` of each of `xs`.
+    #[inline(always)]
+    fn columns<const R: usize>(xs: [&[f32]; R], col: usize, width: usize) -> [&[f32]; R] {
+        let mut out = xs;
+        for x in out.iter_mut() {
+            *x = &x[col..col + width];
+        }
+        out
+    }
+
+    /// The accumulators of the group of `R` activation rows `xs` from row `r`, among a weight
+    /// row's accumulators for every activation row.
+    #[inline(always)]
+    fn group_of<'a, T, const R: usize>(all: &'a mut [T], r: usize, _xs: [&[f32]; R]) -> &'a mut [T; R] {
+        (&mut all[r..r + R]).try_into().expect("the group's rows are among all rows")
+    }
+
+    /// One task's products ([`super::products`]) in a vector width: `dots` is a whole row's dot
+    /// products with a group of activation rows; `run` adds a column block's to carried
+    /// accumulators (`zero` holds one output's); `end` finishes them after the last block. Row-major
+    /// weights go row by row through `dots`; weights in column blocks go block by block, each
+    /// block's rows in memory order, with every row's accumulators carried to the next block
+    /// (the same operations per output as `dots`, so the same bits).
+    macro_rules! in_layout {
+        (
+            ($w:expr, $layout:expr, $first:expr, $x:expr, $rows:expr, $yt:expr),
+            zero: $zero:expr,
+            dots: |$dwj:ident, $dxs:ident| $dots:expr,
+            run: |$rwj:ident, $rxs:ident, $racc:ident| $run:expr,
+            end: |$ewj:ident, $exs:ident, $eacc:ident| $end:expr
+        ) => {{
+            let (w, layout, first, x, rows, yt): (_, Layout, usize, &[f32], usize, &mut [f32]) =
+                ($w, $layout, $first, $x, $rows, $yt);
+            let (k, n) = (layout.k, yt.len() / rows);
+            if layout.width >= k {
+                let w = &w[first * k..(first + n) * k];
+                for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+                    in_fours!(rows, x, k, |r, xs| {
+                        let ($dwj, $dxs) = (wj.as_ptr(), xs);
+                        let out = $dots;
+                        yt[r..r + out.len()].copy_from_slice(&out);
+                    });
+                }
+            } else {
+                // Per weight row, one entry per activation row.
+                let mut carried = vec![$zero; n * rows];
+                for (col, wc) in layout.blocks() {
+                    let last = col + wc == k;
+                    let piece = layout.piece(w, (col, wc), first, n);
+                    for (j, (yt, carried)) in yt.chunks_exact_mut(rows).zip(carried.chunks_exact_mut(rows)).enumerate()
+                    {
+                        let wj = piece[j * wc..].as_ptr();
+                        in_fours!(rows, x, k, |r, xs| {
+                            let xs = columns(xs, col, wc);
+                            let acc = group_of(carried, r, xs);
+                            {
+                                let ($rwj, $rxs, $racc) = (wj, xs, &mut *acc);
+                                $run;
+                            }
+                            if last {
+                                let ($ewj, $exs, $eacc) = (wj, xs, &*acc);
+                                let out = $end;
+                                yt[r..r + out.len()].copy_from_slice(&out);
+                            }
+                        });
+                    }
+                }
+            }
+        }};
+    }
+
     /// `block_<type>::{avx2, avx512}`: [`super::block`] for one weight type through [`dots_256`]
     /// or [`dots_512`], and `best`, which picks the wider where the CPU has it. `$load8` and
     /// `$load16` widen eight or sixteen weights at an index to F32; closures written here, so
@@ -847,31 +1053,33 @@ mod simd {
 
                 #[target_feature(enable = "avx2,fma")]
                 #[target_feature(enable = $extra)]
-                pub unsafe fn avx2(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-                        in_fours!(rows, x, k, |r, xs| {
-                            let out = dots_256(wj.as_ptr(), xs, $load8);
-                            yt[r..r + out.len()].copy_from_slice(&out);
-                        });
-                    }
+                pub unsafe fn avx2(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                    in_layout!(
+                        (w, layout, first, x, rows, yt),
+                        zero: [_mm256_setzero_ps(); 4],
+                        dots: |wj, xs| dots_256(wj, xs, $load8),
+                        run: |wj, xs, acc| run_256(wj, xs, acc, $load8),
+                        end: |wj, xs, acc| end_256(wj, xs, *acc, $load8)
+                    )
                 }
 
                 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
                 #[target_feature(enable = $extra)]
-                pub unsafe fn avx512(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-                        in_fours!(rows, x, k, |r, xs| {
-                            let out = dots_512(wj.as_ptr(), xs, $load8, $load16);
-                            yt[r..r + out.len()].copy_from_slice(&out);
-                        });
-                    }
+                pub unsafe fn avx512(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                    in_layout!(
+                        (w, layout, first, x, rows, yt),
+                        zero: [_mm512_setzero_ps(); 2],
+                        dots: |wj, xs| dots_512(wj, xs, $load8, $load16),
+                        run: |wj, xs, acc| run_512(wj, xs, acc, $load16),
+                        end: |wj, xs, acc| end_512(wj, xs, *acc, $load8)
+                    )
                 }
 
-                pub unsafe fn best(w: &[$ty], k: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                pub unsafe fn best(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
                     if wide_vectors() {
-                        avx512(w, k, x, rows, yt)
+                        avx512(w, layout, first, x, rows, yt)
                     } else {
-                        avx2(w, k, x, rows, yt)
+                        avx2(w, layout, first, x, rows, yt)
                     }
                 }
             }
@@ -933,7 +1141,7 @@ pub(crate) mod tests {
         // parallel block and the scalar tail of a row.
         for (out, k, rows) in [(7, 13, 1), (37, 24, 3), (70, 67, 5), (130, 896, 2)] {
             let (w, x, b) = (data(out * k, 1), data(rows * k, 2), data(out, 3));
-            let y = linear(&w, Some(&b), &x, rows, k);
+            let y = linear(&w, Layout::rows(k), Some(&b), &x, rows);
             for r in 0..rows {
                 for j in 0..out {
                     let exact: f64 =
@@ -950,9 +1158,9 @@ pub(crate) mod tests {
         let (out, k) = (69, 136);
         let w = data(out * k, 4);
         let x = data(MAX_ROWS * k, 5);
-        let batch = linear(&w, None, &x, MAX_ROWS, k);
+        let batch = linear(&w, Layout::rows(k), None, &x, MAX_ROWS);
         for r in [0, 3, MAX_ROWS - 1] {
-            let alone = linear(&w, None, &x[r * k..(r + 1) * k], 1, k);
+            let alone = linear(&w, Layout::rows(k), None, &x[r * k..(r + 1) * k], 1);
             assert_eq!(alone, batch[r * out..(r + 1) * out], "row {r}");
         }
     }
@@ -965,7 +1173,7 @@ pub(crate) mod tests {
         let q: Vec<i8> = w.iter().map(|v| (v * 127.0) as i8).collect();
         let x = data(n, 25);
         let p: Vec<i16> = x.iter().map(|v| (v * 16000.0) as i16).collect();
-        let expected = (linear(&w, None, &x, rows, k), int_products(&q, &p, rows, k));
+        let expected = (linear(&w, Layout::rows(k), None, &x, rows), int_products(&q, &p, rows, k));
         let (mut xs, mut ps) = (vec![0f32; n + 16], vec![0i16; n + 32]);
         for at in 0..16 {
             xs[at..at + n].copy_from_slice(&x);
@@ -974,7 +1182,7 @@ pub(crate) mod tests {
             // What the products see starts on a cache line and holds the caller's values.
             on_cache_lines(x, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == x));
             on_cache_lines(p, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == p));
-            let moved = (linear(&w, None, x, rows, k), int_products(&q, p, rows, k));
+            let moved = (linear(&w, Layout::rows(k), None, x, rows), int_products(&q, p, rows, k));
             assert_eq!(moved, expected, "activations moved by {at} values");
         }
     }
@@ -1000,10 +1208,52 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn weights_in_column_blocks_give_the_row_major_bits() {
+        // Whole blocks only, a narrow last block (with 32-blocks, an 8-block and a scalar tail),
+        // a one-column last block; every row count, in every weight type and the portable path.
+        for (out, k) in [(33, 3 * COLUMN_BLOCK), (70, 2 * COLUMN_BLOCK + 75), (40, COLUMN_BLOCK + 1)] {
+            let (rows_major, blocked) = (Layout::rows(k), Layout::blocked(k));
+            assert!(blocked.width < k, "{k} columns are stored in blocks");
+            let w = data(out * k, 26);
+            let laid = blocked.arrange(&w);
+            let mut buf = Vec::new();
+            for j in [0, 1, out - 1] {
+                assert_eq!(blocked.row(&laid, j, &mut buf), &w[j * k..(j + 1) * k], "{out}x{k}: row {j}");
+            }
+            let x = data(MAX_ROWS * k, 27);
+            for rows in 1..=MAX_ROWS {
+                let x = &x[..rows * k];
+                let label = format!("{out}x{k}x{rows}");
+                assert_eq!(linear(&laid, blocked, None, x, rows), linear(&w, rows_major, None, x, rows), "{label}");
+                let (w16, laid16) = (to(&w, f16::from_f32), to(&laid, f16::from_f32));
+                assert_eq!(
+                    linear(&laid16, blocked, None, x, rows),
+                    linear(&w16, rows_major, None, x, rows),
+                    "f16 {label}"
+                );
+                let (wb, laidb) = (to(&w, bf16::from_f32), to(&laid, bf16::from_f32));
+                assert_eq!(
+                    linear(&laidb, blocked, None, x, rows),
+                    linear(&wb, rows_major, None, x, rows),
+                    "bf16 {label}"
+                );
+                let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
+                block(&laid, blocked, 0, x, rows, &mut a);
+                block(&w, rows_major, 0, x, rows, &mut b);
+                assert_eq!(a, b, "portable {label}");
+            }
+        }
+
+        fn to<H>(w: &[f32], narrow: fn(f32) -> H) -> Vec<H> {
+            w.iter().map(|v| narrow(*v)).collect()
+        }
+    }
+
+    #[test]
     fn selected_rows_give_the_full_products_bits() {
         let (out, k) = (100, 200);
         let (w, x) = (data(out * k, 17), data(k, 18));
-        let full = linear(&w, None, &x, 1, k);
+        let full = linear(&w, Layout::rows(k), None, &x, 1);
         let js = [0, 31, 32, 57, 99];
         assert_eq!(selected_rows(&w, k, &x, &js), js.map(|j| full[j]));
     }
@@ -1012,9 +1262,9 @@ pub(crate) mod tests {
     fn the_portable_path_agrees_with_the_simd_path_within_rounding() {
         let (out, k, rows) = (9, 75, 3);
         let (w, x) = (data(out * k, 8), data(rows * k, 9));
-        let fast = linear(&w, None, &x, rows, k);
+        let fast = linear(&w, Layout::rows(k), None, &x, rows);
         let mut yt = vec![0f32; out * rows];
-        block(&w, k, &x, rows, &mut yt);
+        block(&w, Layout::rows(k), 0, &x, rows, &mut yt);
         for j in 0..out {
             for r in 0..rows {
                 let (a, b) = (fast[r * out + j], yt[j * rows + r]);
@@ -1030,23 +1280,26 @@ pub(crate) mod tests {
             eprintln!("skipped: this CPU lacks AVX2/FMA/F16C or AVX-512F, so it runs one path only");
             return;
         }
-        // Widths with whole 32-blocks, a leftover 8-block and a scalar tail; one to six rows.
-        for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
-            let (w, x) = (data(out * k, 15), data(rows * k, 16));
+        // Widths with whole 32-blocks, a leftover 8-block and a scalar tail, row-major and in
+        // column blocks; one to six rows.
+        let wide = 2 * COLUMN_BLOCK + 75;
+        for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2), (3, wide, 1), (5, wide, 6)] {
+            let layout = Layout::blocked(k);
+            let (w, x) = (layout.arrange(&data(out * k, 15)), data(rows * k, 16));
             let (w16, wb16): (Vec<f16>, Vec<bf16>) = w.iter().map(|v| (f16::from_f32(*v), bf16::from_f32(*v))).unzip();
             use simd::{block_bf16, block_f16, block_f32};
-            same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
-            same_bits((block_f16::avx2, block_f16::avx512), &w16, k, &x, "f16");
-            same_bits((block_bf16::avx2, block_bf16::avx512), &wb16, k, &x, "bf16");
+            same_bits((block_f32::avx2, block_f32::avx512), &w, layout, &x, "f32");
+            same_bits((block_f16::avx2, block_f16::avx512), &w16, layout, &x, "f16");
+            same_bits((block_bf16::avx2, block_bf16::avx512), &wb16, layout, &x, "bf16");
         }
 
-        type Path<W> = unsafe fn(&[W], usize, &[f32], usize, &mut [f32]);
-        fn same_bits<W>(paths: (Path<W>, Path<W>), w: &[W], k: usize, x: &[f32], label: &str) {
-            let (rows, out) = (x.len() / k, w.len() / k);
+        type Path<W> = unsafe fn(&[W], Layout, usize, &[f32], usize, &mut [f32]);
+        fn same_bits<W>(paths: (Path<W>, Path<W>), w: &[W], layout: Layout, x: &[f32], label: &str) {
+            let (rows, out) = (x.len() / layout.k, w.len() / layout.k);
             let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
             // SAFETY: the CPU has the instructions (checked by the caller) and the shapes agree.
-            unsafe { (paths.0(w, k, x, rows, &mut a), paths.1(w, k, x, rows, &mut b)) };
-            assert_eq!(a, b, "{label} {out}x{k}x{rows}");
+            unsafe { (paths.0(w, layout, 0, x, rows, &mut a), paths.1(w, layout, 0, x, rows, &mut b)) };
+            assert_eq!(a, b, "{label} {out}x{}x{rows}", layout.k);
         }
     }
 
@@ -1060,7 +1313,7 @@ pub(crate) mod tests {
             let (q, plain_keys, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
             let mut k = vec![0f32; 2 * capacity * d];
             store_keys(&mut k, &plain_keys, 2, d, 0);
-            let out = attend_one(&q, &k, &v, shape, 0.25);
+            let out = attend_each(&[Attending { q: &q, k: &k, v: &v, shape }], 0.25);
             for h in 0..6 {
                 let kv = h / 3;
                 let key = |j: usize, i: usize| plain_keys[(kv * capacity + j) * d + i] as f64;
@@ -1077,6 +1330,30 @@ pub(crate) mod tests {
                     assert!((got - exact).abs() < 1e-5, "d {d}, head {h} [{i}]: {got} vs {exact}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn sessions_attended_together_get_their_bits_alone() {
+        // Different capacities and lengths (one position, several tiles), one model's heads.
+        let d = 64;
+        let sessions: Vec<_> = [(64, 1), (192, 129), (448, 337)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (capacity, len))| {
+                let seed = 40 + 3 * i as u32;
+                let (q, v) = (data(6 * d, seed), data(2 * capacity * d, seed + 1));
+                let mut k = vec![0f32; 2 * capacity * d];
+                store_keys(&mut k, &data(2 * capacity * d, seed + 2), 2, d, 0);
+                (q, k, v, AttentionShape { heads: 6, kv_heads: 2, capacity, len, d })
+            })
+            .collect();
+        let items: Vec<Attending> =
+            sessions.iter().map(|(q, k, v, shape)| Attending { q, k, v, shape: *shape }).collect();
+        let together = attend_each(&items, 0.125);
+        for (i, item) in items.iter().enumerate() {
+            let alone = attend_each(std::slice::from_ref(item), 0.125);
+            assert_eq!(together[i * 6 * d..(i + 1) * 6 * d], alone, "session {i}");
         }
     }
 
@@ -1196,7 +1473,7 @@ pub(crate) mod tests {
         let w = data(out * k, 6);
         let w16: Vec<f16> = w.iter().map(|v| f16::from_f32(*v)).collect();
         let x = data(k, 7);
-        let y = linear(&w16, None, &x, 1, k);
+        let y = linear(&w16, Layout::rows(k), None, &x, 1);
         for j in 0..out {
             let exact: f64 = (0..k).map(|i| w16[j * k + i].to_f64() * x[i] as f64).sum();
             assert!((y[j] as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{j}] = {}, exact {exact}", y[j]);

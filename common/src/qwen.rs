@@ -89,9 +89,11 @@ macro_rules! with_weights {
     }};
 }
 
-/// A linear layer: weight `out × in` as stored, bias kept in F32.
+/// A linear layer: weight `out × in` in `layout`, bias kept in F32.
 struct Proj {
+    /// Row-major `out × in`, or its values in column blocks as one flat `out·in` vector.
     w: Tensor,
+    layout: kernel::Layout,
     bias: Option<Vec<f32>>,
     out: usize,
     /// For the head: the quantized copy that finds greedy ids without every logit.
@@ -99,10 +101,19 @@ struct Proj {
 }
 
 impl Proj {
-    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype) -> Result<Self> {
-        let out = w.dim(0)?;
+    /// `w` is the checkpoint's row-major F32 matrix; stored in `dtype`, in column blocks when
+    /// `blocked` (the layers' projections: [`kernel::Layout`] says why) or as rows (the head,
+    /// whose rows are also looked up and screened one by one).
+    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, blocked: bool) -> Result<Self> {
+        let (out, k) = w.dims2()?;
+        let layout = if blocked { kernel::Layout::blocked(k) } else { kernel::Layout::rows(k) };
+        let w = if layout == kernel::Layout::rows(k) {
+            w
+        } else {
+            Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?
+        };
         let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, bias, out, screen: None })
+        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, layout, bias, out, screen: None })
     }
 
     /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite).
@@ -133,24 +144,41 @@ impl Proj {
                 Some(screen) => screen.argmax(w, &x),
                 None => vec![None; rows],
             };
-            let full = |x: &[f32]| greedy::argmax(&kernel::linear(w, self.bias.as_deref(), x, 1, k));
+            let full = |x: &[f32]| greedy::argmax(&kernel::linear(w, self.layout, self.bias.as_deref(), x, 1));
             Ok(screened.into_iter().zip(x.chunks_exact(k)).map(|(id, x)| id.unwrap_or_else(|| full(x))).collect())
         })
     }
 
     /// [`Self::forward`] over the weights as stored (`w` is `self.w`'s data).
     fn product<W: kernel::Weight>(&self, w: &[W], x: &Tensor) -> Result<Vec<f32>> {
-        let (rows, k) = x.dims2()?;
+        let rows = x.dim(0)?;
         if rows <= kernel::MAX_ROWS {
-            return Ok(kernel::linear(w, self.bias.as_deref(), &x.flatten_all()?.to_vec1::<f32>()?, rows, k));
+            return Ok(kernel::linear(w, self.layout, self.bias.as_deref(), &x.flatten_all()?.to_vec1::<f32>()?, rows));
         }
-        // Candle's blocked multiply; half-precision weights are widened for it a block of rows at
-        // a time (F32 accumulation either way; the block stays in cache for the product and no
-        // full-size copy is ever allocated).
-        let mut y = match self.w.dtype() {
-            DType::F32 => x.matmul(&self.w.t()?)?.flatten_all()?.to_vec1::<f32>()?,
-            _ => widened_product(w, x, self.out)?,
-        };
+        // Candle's blocked multiply, once per column block of the weights (one for row-major
+        // ones), the blocks' products summed in order. Half-precision weights are widened for it a
+        // block of rows at a time (F32 accumulation either way; the block stays in cache for the
+        // product and no full-size copy is ever allocated).
+        let flat = self.w.flatten_all()?;
+        let mut y: Option<Vec<f32>> = None;
+        for (col, wc) in self.layout.blocks() {
+            let xc = if wc == self.layout.k() { x.clone() } else { x.narrow(1, col, wc)?.contiguous()? };
+            let part = match self.w.dtype() {
+                DType::F32 => {
+                    let piece = flat.narrow(0, col * self.out, self.out * wc)?.reshape((self.out, wc))?;
+                    xc.matmul(&piece.t()?)?.flatten_all()?.to_vec1::<f32>()?
+                }
+                _ => widened_product(self.layout.piece(w, (col, wc), 0, self.out), &xc, self.out)?,
+            };
+            y = Some(match y {
+                None => part,
+                Some(mut y) => {
+                    y.iter_mut().zip(&part).for_each(|(y, p)| *y += p);
+                    y
+                }
+            });
+        }
+        let mut y = y.expect("a matrix has at least one column block");
         if let Some(b) = &self.bias {
             y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
         }
@@ -216,7 +244,7 @@ pub struct Qwen2 {
 /// a `(1, kv_heads, stored, head_dim)` buffer and the keys are stored in tiles of
 /// [`kernel::TILE`] positions, each tile dimension by dimension, `(1, kv_heads, stored / TILE,
 /// head_dim, TILE)`: a single position's attention then computes its scores as vector operations
-/// along positions, one contiguous tile at a time ([`kernel::attend_one`]). `stored` is the
+/// along positions, one contiguous tile at a time ([`kernel::attend_each`]). `stored` is the
 /// capacity rounded up to whole tiles.
 pub struct Cache {
     k: Vec<Tensor>,
@@ -325,10 +353,10 @@ impl Qwen2 {
             let f = l.pp("mlp");
             let gate_up = Tensor::cat(&[get(&f, "gate_proj", inter, h)?, get(&f, "up_proj", inter, h)?], 0)?;
             layers.push(Layer {
-                qkv: Proj::new(qkv, Some(qkv_bias), dtype)?,
-                o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype)?,
-                gate_up: Proj::new(gate_up, None, dtype)?,
-                down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype)?,
+                qkv: Proj::new(qkv, Some(qkv_bias), dtype, true)?,
+                o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype, true)?,
+                gate_up: Proj::new(gate_up, None, dtype, true)?,
+                down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype, true)?,
                 attn_norm: l.get(h, "input_layernorm.weight")?,
                 ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
             });
@@ -336,9 +364,9 @@ impl Qwen2 {
         let norm = m.get(h, "norm.weight")?;
         let tied = !vb.contains_tensor("lm_head.weight");
         let lm_head = if tied {
-            Proj::new(embed.clone(), None, dtype)?
+            Proj::new(embed.clone(), None, dtype, false)?
         } else {
-            Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype)?
+            Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype, false)?
         }
         .screened()?;
         // Tied embeddings share the head's (possibly converted) storage.
@@ -460,15 +488,14 @@ impl Qwen2 {
             let q = candle_nn::rotary_emb::rope(&heads(0, q_width, self.heads)?, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope(&heads(q_width, kv_width, self.kv_heads)?, &cos, &sin)?;
             let v = heads(q_width + kv_width, kv_width, self.kv_heads)?;
-            let mut outputs = Vec::with_capacity(items.len());
             let mut first = 0;
-            for ((cache, ids), mask) in items.iter_mut().zip(&masks) {
+            for (cache, ids) in items.iter_mut() {
                 let n = ids.len();
                 let part = |t: &Tensor| t.narrow(2, first, n)?.contiguous();
-                outputs.push(self.attend(cache, l, &part(&q)?, &part(&k)?, &part(&v)?, mask.as_ref())?);
+                self.store(cache, l, &part(&k)?, &part(&v)?)?;
                 first += n;
             }
-            let attn = Tensor::cat(&outputs, 0)?;
+            let attn = self.attention(items, l, &q, &masks)?;
             x = (x + layer.o.forward(&attn)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
             let gate_up = layer.gate_up.outputs(&h)?;
@@ -498,26 +525,83 @@ impl Qwen2 {
         Tensor::from_vec(m, (n, total), &self.device).map(Some)
     }
 
-    /// One item's attention in layer `l`: writes its keys and values (`1 × kv_heads × n × d`,
-    /// rotated) into the cache at its position and returns `n × hidden`.
-    fn attend(
+    /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated) into its cache
+    /// in layer `l`, at its position.
+    fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let store = StoreKeys { pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim };
+        cache.k[l].inplace_op2(&k.contiguous()?, &store)?;
+        cache.v[l].slice_set(v, 2, cache.len)
+    }
+
+    /// Attention in layer `l` of every item's new rows over its cache (their keys and values
+    /// already stored): `q` is every row's queries, `1 × heads × rows × d`, rotated; returns
+    /// `rows × hidden`. Items that decode one position go through our kernel together, in one
+    /// pass over all their heads; each prefill chunk goes through candle.
+    fn attention(
         &self,
-        cache: &mut Cache,
+        items: &[(&mut Cache, &[u32])],
         l: usize,
         q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        mask: Option<&Tensor>,
+        masks: &[Option<Tensor>],
     ) -> Result<Tensor> {
-        let (pos, n) = (cache.len, q.dim(2)?);
-        let total = pos + n;
-        let groups = self.heads / self.kv_heads;
-        let store = StoreKeys { pos, kv_heads: self.kv_heads, head_dim: self.head_dim };
-        cache.k[l].inplace_op2(&k.contiguous()?, &store)?;
-        cache.v[l].slice_set(v, 2, pos)?;
-        if n == 1 {
-            return self.attend_one(cache, l, q, total);
+        let (rows, d, hidden) = (q.dim(2)?, self.head_dim, self.hidden);
+        let mut out = vec![0f32; rows * hidden];
+        // (row, cache) of each item that decodes one position.
+        let mut decoding = Vec::new();
+        let mut first = 0;
+        for ((cache, ids), mask) in items.iter().zip(masks) {
+            let n = ids.len();
+            if n == 1 {
+                decoding.push((first, &**cache));
+            } else {
+                let chunk = self.attend_chunk(cache, l, &q.narrow(2, first, n)?.contiguous()?, mask.as_ref())?;
+                out[first * hidden..(first + n) * hidden].copy_from_slice(&chunk.flatten_all()?.to_vec1::<f32>()?);
+            }
+            first += n;
         }
+        if decoding.is_empty() {
+            return Tensor::from_vec(out, (rows, hidden), &self.device);
+        }
+        let all_q = q.flatten_all()?.to_vec1::<f32>()?;
+        let queries: Vec<Vec<f32>> = decoding
+            .iter()
+            .map(|(row, _)| (0..self.heads).flat_map(|h| &all_q[(h * rows + row) * d..][..d]).copied().collect())
+            .collect();
+        let storages: Vec<_> = decoding
+            .iter()
+            .map(|(_, cache)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout()))
+            .collect();
+        let mut attending = Vec::with_capacity(decoding.len());
+        for (((row, cache), q), ((k, k_layout), (v, v_layout))) in decoding.iter().zip(&queries).zip(&storages) {
+            let (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) = (&**k, &**v) else {
+                candle_core::bail!("the KV cache must be F32 on the CPU")
+            };
+            let (ks, ke) = k_layout.contiguous_offsets().expect("caches are allocated contiguous");
+            let (vs, ve) = v_layout.contiguous_offsets().expect("caches are allocated contiguous");
+            let shape = kernel::AttentionShape {
+                heads: self.heads,
+                kv_heads: self.kv_heads,
+                capacity: cache.stored(),
+                len: cache.len + 1,
+                d,
+            };
+            attending.push((*row, kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape }));
+        }
+        let scale = 1.0 / (d as f32).sqrt();
+        let (rows_of, views): (Vec<usize>, Vec<kernel::Attending>) = attending.into_iter().unzip();
+        let attended = kernel::attend_each(&views, scale);
+        for (row, values) in rows_of.into_iter().zip(attended.chunks_exact(hidden)) {
+            out[row * hidden..(row + 1) * hidden].copy_from_slice(values);
+        }
+        Tensor::from_vec(out, (rows, hidden), &self.device)
+    }
+
+    /// Attention of one item's chunk of `n > 1` new rows in layer `l` (`q` is `1 × heads × n ×
+    /// d`, its keys and values already stored), returns `n × hidden`.
+    fn attend_chunk(&self, cache: &Cache, l: usize, q: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let n = q.dim(2)?;
+        let total = cache.len + n;
+        let groups = self.heads / self.kv_heads;
         // The transpose the scores multiply by, `(1, kv_heads, d, total)`: the filled tiles with
         // their rows laid end to end (a copy of the filled cache, small next to the chunk's work).
         let tiles = total.div_ceil(kernel::TILE);
@@ -546,28 +630,37 @@ impl Qwen2 {
         let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
         attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((n, self.hidden))
     }
+}
 
-    /// [`Self::attend`] for a single new position, through our own kernel.
-    fn attend_one(&self, cache: &Cache, l: usize, q: &Tensor, total: usize) -> Result<Tensor> {
-        let q = q.flatten_all()?.to_vec1::<f32>()?;
-        let shape = kernel::AttentionShape {
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            capacity: cache.stored(),
-            len: total,
-            d: self.head_dim,
-        };
-        let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let (k, k_layout) = cache.k[l].storage_and_layout();
-        let (v, v_layout) = cache.v[l].storage_and_layout();
-        let out = match (&*k, &*v) {
-            (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) => {
-                let (ks, ke) = k_layout.contiguous_offsets().expect("caches are allocated contiguous");
-                let (vs, ve) = v_layout.contiguous_offsets().expect("caches are allocated contiguous");
-                kernel::attend_one(&q, &k[ks..ke], &v[vs..ve], shape, scale)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tests::data;
+
+    #[test]
+    fn projections_in_column_blocks_agree_with_row_major_ones() {
+        // Three column blocks, the last narrow; a bias; decode-sized and prefill-sized inputs.
+        let (out, k) = (24, 2 * kernel::COLUMN_BLOCK + 75);
+        let w = Tensor::from_vec(data(out * k, 30), (out, k), &Device::Cpu).unwrap();
+        let bias = Tensor::from_vec(data(out, 31), out, &Device::Cpu).unwrap();
+        for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
+            let rows_major = Proj::new(w.clone(), Some(bias.clone()), dtype, false).unwrap();
+            let blocked = Proj::new(w.clone(), Some(bias.clone()), dtype, true).unwrap();
+            assert_ne!(blocked.layout, rows_major.layout);
+            for rows in [1, 4, kernel::MAX_ROWS, 20] {
+                let x = Tensor::from_vec(data(rows * k, 32), (rows, k), &Device::Cpu).unwrap();
+                let (a, b) = (blocked.outputs(&x).unwrap(), rows_major.outputs(&x).unwrap());
+                let label = format!("{} x {rows}", dtype.name());
+                if rows <= kernel::MAX_ROWS {
+                    // Our kernel: the same operations per output in either layout.
+                    assert_eq!(a, b, "{label}");
+                } else {
+                    // Candle's multiply, once per block and summed: the same within rounding.
+                    for (a, b) in a.iter().zip(&b) {
+                        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{label}: {a} vs {b}");
+                    }
+                }
             }
-            _ => candle_core::bail!("the KV cache must be F32 on the CPU"),
-        };
-        Tensor::from_vec(out, (1, self.hidden), &self.device)
+        }
     }
 }
