@@ -31,12 +31,10 @@ pub fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
     Ok(copy)
 }
 
-/// `src` copied into a buffer that starts on a huge page ([`huge_page_buffer`]), viewed with
+/// `src` copied into a buffer that starts on a huge page ([`on_huge_page`]), viewed with
 /// `like`'s shape.
 fn aligned_copy<T: WithDType>(src: &[T], like: &Tensor) -> Result<Tensor> {
-    let (mut buf, offset) = huge_page_buffer::<T>(src.len())?;
-    buf[offset..offset + src.len()].copy_from_slice(src);
-    Tensor::from_vec(buf, offset + src.len(), like.device())?.narrow(0, offset, src.len())?.reshape(like.shape())
+    on_huge_page(like.shape().clone(), like.device(), |data| data.copy_from_slice(src))
 }
 
 /// An F32 tensor of zeros whose data starts on a huge-page boundary, and so on a cache line,
@@ -49,8 +47,15 @@ pub fn zeros(shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
     if !device.is_cpu() {
         return Tensor::zeros(shape, DType::F32, device);
     }
+    on_huge_page::<f32>(shape, device, |_| {})
+}
+
+/// A tensor of `shape` whose data starts on a huge page ([`huge_page_buffer`]), zeroed, then
+/// filled by `fill`.
+fn on_huge_page<T: WithDType>(shape: Shape, device: &Device, fill: impl FnOnce(&mut [T])) -> Result<Tensor> {
     let len = shape.elem_count();
-    let (buf, offset) = huge_page_buffer::<f32>(len)?;
+    let (mut buf, offset) = huge_page_buffer::<T>(len)?;
+    fill(&mut buf[offset..]);
     Tensor::from_vec(buf, offset + len, device)?.narrow(0, offset, len)?.reshape(shape)
 }
 

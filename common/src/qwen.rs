@@ -160,25 +160,20 @@ impl Proj {
         // block of rows at a time (F32 accumulation either way; the block stays in cache for the
         // product and no full-size copy is ever allocated).
         let flat = self.w.flatten_all()?;
-        let mut y: Option<Vec<f32>> = None;
-        for (col, wc) in self.layout.blocks() {
+        let mut parts = self.layout.blocks().map(|(col, wc)| -> Result<Vec<f32>> {
             let xc = if wc == self.layout.k() { x.clone() } else { x.narrow(1, col, wc)?.contiguous()? };
-            let part = match self.w.dtype() {
+            match self.w.dtype() {
                 DType::F32 => {
                     let piece = flat.narrow(0, col * self.out, self.out * wc)?.reshape((self.out, wc))?;
-                    xc.matmul(&piece.t()?)?.flatten_all()?.to_vec1::<f32>()?
+                    xc.matmul(&piece.t()?)?.flatten_all()?.to_vec1::<f32>()
                 }
-                _ => widened_product(self.layout.piece(w, (col, wc), 0, self.out), &xc, self.out)?,
-            };
-            y = Some(match y {
-                None => part,
-                Some(mut y) => {
-                    y.iter_mut().zip(&part).for_each(|(y, p)| *y += p);
-                    y
-                }
-            });
+                _ => widened_product(self.layout.piece(w, (col, wc), 0, self.out), &xc, self.out),
+            }
+        });
+        let mut y = parts.next().expect("a matrix has at least one column block")?;
+        for part in parts {
+            y.iter_mut().zip(&part?).for_each(|(y, p)| *y += p);
         }
-        let mut y = y.expect("a matrix has at least one column block");
         if let Some(b) = &self.bias {
             y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
         }
@@ -525,11 +520,11 @@ impl Qwen2 {
         Tensor::from_vec(m, (n, total), &self.device).map(Some)
     }
 
-    /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated) into its cache
-    /// in layer `l`, at its position.
+    /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated, contiguous) into
+    /// its cache in layer `l`, at its position.
     fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let store = StoreKeys { pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim };
-        cache.k[l].inplace_op2(&k.contiguous()?, &store)?;
+        cache.k[l].inplace_op2(k, &store)?;
         cache.v[l].slice_set(v, 2, cache.len)
     }
 
@@ -572,7 +567,7 @@ impl Qwen2 {
             .map(|(_, cache)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout()))
             .collect();
         let mut attending = Vec::with_capacity(decoding.len());
-        for (((row, cache), q), ((k, k_layout), (v, v_layout))) in decoding.iter().zip(&queries).zip(&storages) {
+        for (((_, cache), q), ((k, k_layout), (v, v_layout))) in decoding.iter().zip(&queries).zip(&storages) {
             let (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) = (&**k, &**v) else {
                 candle_core::bail!("the KV cache must be F32 on the CPU")
             };
@@ -585,12 +580,10 @@ impl Qwen2 {
                 len: cache.len + 1,
                 d,
             };
-            attending.push((*row, kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape }));
+            attending.push(kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape });
         }
-        let scale = 1.0 / (d as f32).sqrt();
-        let (rows_of, views): (Vec<usize>, Vec<kernel::Attending>) = attending.into_iter().unzip();
-        let attended = kernel::attend_each(&views, scale);
-        for (row, values) in rows_of.into_iter().zip(attended.chunks_exact(hidden)) {
+        let attended = kernel::attend_each(&attending, 1.0 / (d as f32).sqrt());
+        for ((row, _), values) in decoding.iter().zip(attended.chunks_exact(hidden)) {
             out[row * hidden..(row + 1) * hidden].copy_from_slice(values);
         }
         Tensor::from_vec(out, (rows, hidden), &self.device)
