@@ -1,179 +1,237 @@
-//! Our own product of a few activation rows with a weight matrix, for decode steps and small
-//! batches, where candle's general matrix multiply leaves most of the memory bandwidth unused.
+//! Our own product of activation rows with a weight matrix, for every projection: decode steps,
+//! batches of sessions and prefill chunks alike, where candle's general matrix multiply leaves
+//! memory bandwidth unused (a few rows) or half the multipliers idle (many rows).
 //!
-//! A decode step reads every weight once to multiply it with one row (or a handful of rows when
-//! sessions are batched): the work is memory-bound, so the kernel streams each weight row once,
-//! splits the output rows across the rayon pool, and reuses the weight row (hot in L1) for every
+//! The layers' matrices are stored in panels ([`Layout`]): a task owns one panel of outputs and
+//! walks it once, in one sequential stream, for a group of up to eight activation rows; each
+//! activation value, broadcast once, feeds the 32 outputs of the panel, every output summed in
+//! its own vector lane. The head is stored as rows, because its rows are also looked up and
+//! scored one by one; its product streams each weight row once and reuses it for every
 //! activation row.
 //!
 //! Determinism is the contract: the value of `y[r][j]` depends only on weight row `j` and
-//! activation row `r`, never on how many rows are in the batch or which block `j` falls in. Every
-//! output is one fixed-order dot product (eight lanes, fused multiply-add, one fixed horizontal
-//! sum, then the scalar tail). So a session decoded alone or batched with others computes
-//! bit-identical logits, and batching cannot change greedy ids.
+//! activation row `r`, never on how many rows are in the batch, which group or panel they fall
+//! in, or which vector width the CPU has. In panels, every output is one fused multiply-add per
+//! input, in input order; in rows, one fixed-order dot product (eight lanes, fused multiply-add,
+//! one fixed horizontal sum, then the scalar tail). So a session decoded alone or batched with
+//! others computes bit-identical logits, a prompt's layers compute the same bits whether it is
+//! prefilled in one chunk or several, and batching cannot change greedy ids.
 //!
 //! Also here, for the same steps: the exact integer products that screen the head for greedy ids
 //! ([`int_products`], used by `crate::greedy`), and attention of each decoding session's new
 //! position over its cache ([`attend_each`]).
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// Rows up to this many go through [`linear`]; larger products (prefill chunks) use candle's
-/// blocked matrix multiply, which reuses each weight across many rows and wins there.
-pub const MAX_ROWS: usize = 8;
-
-/// Weight rows per parallel task: small enough to balance two to sixteen threads over the
-/// 896-row projections, large enough that scheduling costs little.
+/// Weight rows per parallel task of a product in rows (the head): small enough to balance two to
+/// sixteen threads, large enough that scheduling costs little.
 const BLOCK: usize = 32;
 
-/// Columns per block of a matrix stored in column blocks ([`Layout::blocked`]): four rows of
-/// activations over this many columns take 16 KB, a third of a 48 KB L1.
-pub const COLUMN_BLOCK: usize = 1024;
+/// Outputs per panel of a matrix stored in panels ([`Layout::panels`]): two 512-bit vectors of F32
+/// accumulators per activation row, so eight rows' accumulators fit in the 32 registers.
+pub const PANEL: usize = 32;
 
-/// How a weight matrix of `k` columns lies in memory: in blocks of `width` columns (the last one
-/// narrower when `width` does not divide `k`), each block holding every row's values in its
-/// columns, row after row. `width >= k` is plain row-major.
+/// How a weight matrix (`out × k`, a linear layer's) lies in memory: as rows (row-major), or in
+/// panels of [`PANEL`] rows (the last one narrower when `PANEL` does not divide `out`), each panel
+/// input by input: the panel's weights for input 0, then for input 1, and so on.
 ///
-/// Why blocks: a product of several rows reloads the activations for every weight row. Four rows
-/// of a 4864-wide input (the MLP's down projection) are 78 KB, more than L1, so they came from L2
-/// at every weight row, and four rows cost 75% more than one from memory (other shapes: 35%). A
-/// task then walks its rows block by block with the block's activations in L1, and the
-/// accumulators carried over: every output does the same operations in the same order, so the
-/// bits do not depend on the layout. Walking row-major weights block by block instead made each
-/// task read its rows in pieces, many short streams, which measured slower from memory than no
-/// blocking; stored in blocks, a task's rows in a block are one contiguous stream (down
-/// projection, 24 layers from memory in a quiet minute: four rows 11.0-12.1 → 8.0-8.4 ms; one
-/// row 5.5-5.7 → 5.9-6.3 ms, its stream broken at every block).
+/// Why panels: in rows, a product of several activation rows reloads the activations for every
+/// weight row, one load per multiply-add, and sums each output across vector lanes at its end.
+/// Four rows from memory then cost 35-90% more than one (the loads and the weight stream compete),
+/// and a prefill chunk ran at half the multipliers' rate (candle's multiply, which we used there,
+/// did no better). In panels, a task streams its panel once per group of up to eight rows; each
+/// activation value is loaded once and feeds the panel's 32 outputs; each output accumulates in
+/// its own lane, with no horizontal sum. Measured on 258 rows: twice candle's multiply (gate and
+/// up, 9728 × 896: 10.1-10.9 ms against 19.9-25.9 ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     k: usize,
-    width: usize,
+    panels: bool,
 }
 
 impl Layout {
     /// Row-major.
     pub fn rows(k: usize) -> Self {
-        Layout { k, width: k.max(1) }
+        Layout { k, panels: false }
     }
 
-    /// In blocks of [`COLUMN_BLOCK`] columns (row-major when `k` is no wider).
-    pub fn blocked(k: usize) -> Self {
-        Layout { k, width: k.clamp(1, COLUMN_BLOCK) }
+    /// In panels of [`PANEL`] rows.
+    pub fn panels(k: usize) -> Self {
+        Layout { k, panels: true }
     }
 
-    /// Columns of the matrix.
+    /// Columns (inputs) of the matrix.
     pub fn k(self) -> usize {
         self.k
     }
 
-    /// The first column and width of each block.
-    pub fn blocks(self) -> impl Iterator<Item = (usize, usize)> {
-        (0..self.k).step_by(self.width).map(move |col| (col, self.width.min(self.k - col)))
-    }
-
-    /// Rows `first..first + n` of the block at `col`, `wc` wide, of matrix `w` in this layout:
-    /// `n × wc`, row-major. (Every earlier block is full width, so this one starts at `col × out`.)
-    pub fn piece<W>(self, w: &[W], (col, wc): (usize, usize), first: usize, n: usize) -> &[W] {
-        let start = col * (w.len() / self.k);
-        &w[start + first * wc..start + (first + n) * wc]
-    }
-
     /// Row-major `w` (`out × k`) rearranged into this layout.
     pub fn arrange<W: Copy>(self, w: &[W]) -> Vec<W> {
+        if !self.panels {
+            return w.to_vec();
+        }
         let mut laid = Vec::with_capacity(w.len());
-        for (col, wc) in self.blocks() {
-            for row in w.chunks_exact(self.k) {
-                laid.extend_from_slice(&row[col..col + wc]);
+        for panel in w.chunks(PANEL * self.k) {
+            for i in 0..self.k {
+                laid.extend(panel.chunks_exact(self.k).map(|row| row[i]));
             }
         }
         laid
-    }
-
-    /// Row `j` of `w` (in this layout) as one slice: gathered into `buf` unless row-major.
-    pub fn row<'a, W: Copy>(self, w: &'a [W], j: usize, buf: &'a mut Vec<W>) -> &'a [W] {
-        if self.width >= self.k {
-            return &w[j * self.k..(j + 1) * self.k];
-        }
-        buf.clear();
-        for block in self.blocks() {
-            buf.extend_from_slice(self.piece(w, block, j, 1));
-        }
-        buf
     }
 }
 
 /// Element types a weight matrix may be stored in. Accumulation is always F32.
 pub trait Weight: Copy + Send + Sync + 'static {
     fn to_f32(self) -> f32;
-    /// Widens a slice to F32 (vectorised where the type has a fast conversion).
-    fn widen_into(src: &[Self], dst: &mut [f32]);
-    /// One task's products (the portable `block`) through the SIMD path; false when the CPU
-    /// lacks its instructions (the portable path then runs).
-    fn block_simd(w: &[Self], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
+    /// One task's products in rows (the portable `block`) through the SIMD path; false when the
+    /// CPU lacks its instructions (the portable path then runs).
+    fn block_simd(w: &[Self], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool;
+    /// One whole panel's products (the portable `panel_plain`) through the SIMD path; false when
+    /// the CPU lacks its instructions.
+    ///
+    /// # Safety
+    /// `w` is one panel of `PANEL` rows of `x.len() / rows` inputs, and `y` may be written at
+    /// `PANEL` values from each of `y`, `y + stride`, ..., one per row of `x`.
+    unsafe fn panel_simd(w: &[Self], x: &[f32], rows: usize, y: *mut f32, stride: usize) -> bool;
 }
 
-/// The weight types differ only in how a value widens and which SIMD block they use (F16 also
-/// needs F16C).
+/// The weight types differ only in how a value widens and which SIMD functions they use (F16
+/// also needs F16C).
 macro_rules! weight {
-    ($ty:ty, $block:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr, |$src:ident, $dst:ident| $widen:expr) => {
+    ($ty:ty, $block:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr) => {
         impl Weight for $ty {
             fn to_f32(self) -> f32 {
                 let $v = self;
                 $to_f32
             }
-            fn widen_into($src: &[$ty], $dst: &mut [f32]) {
-                $widen
-            }
-            fn block_simd(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
+            fn block_simd(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) -> bool {
                 #[cfg(target_arch = "x86_64")]
                 if simd::available() && (!$f16c || std::arch::is_x86_feature_detected!("f16c")) {
                     // SAFETY: the CPU has the instructions (checked above); `linear` checked the
                     // shapes.
-                    unsafe { simd::$block::best(w, layout, first, x, rows, yt) };
+                    unsafe { simd::$block::best(w, k, first, x, rows, yt) };
                     return true;
                 }
-                let _ = (w, layout, first, x, rows, yt);
+                let _ = (w, k, first, x, rows, yt);
+                false
+            }
+            unsafe fn panel_simd(w: &[$ty], x: &[f32], rows: usize, y: *mut f32, stride: usize) -> bool {
+                #[cfg(target_arch = "x86_64")]
+                if simd::available() && (!$f16c || std::arch::is_x86_feature_detected!("f16c")) {
+                    // SAFETY: the CPU has the instructions (checked above); the caller vouches for
+                    // the shapes and `y`.
+                    unsafe { simd::$block::panel_best(w, x, rows, y, stride) };
+                    return true;
+                }
+                let _ = (w, x, rows, y, stride);
                 false
             }
         }
     };
 }
 
-weight!(f32, block_f32, needs_f16c: false, |v| v, |src, dst| dst.copy_from_slice(src));
-weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
-weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v), |src, dst| src.convert_to_f32_slice(dst));
+weight!(f32, block_f32, needs_f16c: false, |v| v);
+weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v));
+weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v));
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight) in
-/// `layout`, `y` is `rows × out`; `x` and `y` row-major.
+/// `layout`, `y` is `rows × out`; `x` and `y` row-major. Any number of rows.
 pub fn linear<W: Weight>(w: &[W], layout: Layout, bias: Option<&[f32]>, x: &[f32], rows: usize) -> Vec<f32> {
     let k = layout.k;
     assert!(k > 0 && w.len().is_multiple_of(k) && x.len() == rows * k, "linear: shapes do not agree");
     let out = w.len() / k;
+    let mut y = if layout.panels { in_panels(w, k, x, rows) } else { in_rows(w, k, x, rows) };
+    // Bias added after the product, as candle's Linear adds it.
+    if let Some(b) = bias {
+        y.chunks_exact_mut(out).for_each(|row| row.iter_mut().zip(b).for_each(|(y, b)| *y += b));
+    }
+    y
+}
+
+/// [`linear`]'s product for weights in rows: tasks of [`BLOCK`] weight rows.
+fn in_rows<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize) -> Vec<f32> {
+    let out = w.len() / k;
     // Computed transposed (`out × rows`) so every task owns one contiguous piece of the output.
     let mut yt = vec![0f32; out * rows];
     on_cache_lines(x, |x| {
-        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| products(w, layout, b * BLOCK, x, rows, yt))
+        yt.par_chunks_mut(BLOCK * rows).enumerate().for_each(|(b, yt)| products(w, k, b * BLOCK, x, rows, yt))
     });
-    // Bias added after the product, as candle's Linear adds it.
     if rows == 1 {
         // One row: the transposed layout is the layout.
-        if let Some(b) = bias {
-            yt.iter_mut().zip(b).for_each(|(y, b)| *y += b);
-        }
         return yt;
     }
     let mut y = vec![0f32; rows * out];
     for (j, yt) in yt.chunks_exact(rows).enumerate() {
         for (r, v) in yt.iter().enumerate() {
-            y[r * out + j] = match bias {
-                Some(b) => v + b[j],
-                None => *v,
-            };
+            y[r * out + j] = *v;
         }
     }
     y
+}
+
+/// [`linear`]'s product for weights in panels: one task per panel, which writes its columns of
+/// every output row.
+fn in_panels<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize) -> Vec<f32> {
+    let out = w.len() / k;
+    let mut y = vec![0f32; rows * out];
+    let outputs = Outputs(y.as_mut_ptr());
+    w.par_chunks(PANEL * k).enumerate().for_each(|(p, w)| {
+        // SAFETY: panel `p` is `w`; its outputs are columns `p·PANEL..` (as many as its rows) of
+        // each of `y`'s `rows` rows of `out`: inside `y`, which outlives this region, and written
+        // by no other task.
+        unsafe { panel(w, x, rows, outputs.at(p * PANEL), out) }
+    });
+    y
+}
+
+/// A product's output buffer, shared by tasks that write disjoint values of it ([`in_panels`]).
+#[derive(Clone, Copy)]
+struct Outputs(*mut f32);
+
+// SAFETY: only moved between the threads of one parallel region, while the buffer lives, by
+// tasks that write disjoint values.
+unsafe impl Send for Outputs {}
+unsafe impl Sync for Outputs {}
+
+impl Outputs {
+    /// The value at `offset`. (A method, so that a closure captures the whole `Outputs`, not its
+    /// pointer alone, which is neither `Send` nor `Sync`.)
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// One panel's products: `y[r][j] = w[j] · x[r]` for the panel's rows `j` (as [`Layout`] stores
+/// them in `w`) and every row `r` of `x`, written at `y + r · stride + j`.
+///
+/// # Safety
+/// `y` may be written at as many values as the panel has rows from each of `y`, `y + stride`,
+/// ..., one per row of `x`.
+unsafe fn panel<W: Weight>(w: &[W], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+    // A narrow last panel goes the portable way: the same operations, so the same bits.
+    if w.len() == PANEL * (x.len() / rows) && W::panel_simd(w, x, rows, y, stride) {
+        return;
+    }
+    panel_plain(w, x, rows, y, stride)
+}
+
+/// [`panel`] without SIMD: each output one fused multiply-add per input, in input order (libm's
+/// `fmaf` where the CPU lacks the instruction), as the SIMD path does in each lane.
+///
+/// # Safety
+/// As [`panel`].
+unsafe fn panel_plain<W: Weight>(w: &[W], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+    let k = x.len() / rows;
+    let width = w.len() / k;
+    for (r, x) in x.chunks_exact(k).enumerate() {
+        let mut acc = [0f32; PANEL];
+        for (ws, x) in w.chunks_exact(width).zip(x) {
+            acc.iter_mut().zip(ws).for_each(|(a, w)| *a = w.to_f32().mul_add(*x, *a));
+        }
+        // SAFETY: the caller lets us write `width` values at row `r`'s place.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), y.add(r * stride), width) };
+    }
 }
 
 /// `w[j] · x` for the weight rows `js` only (`w` row-major, `x` one row of `k`): the same bits as
@@ -183,7 +241,7 @@ pub fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> V
     let mut y = vec![0f32; js.len()];
     on_cache_lines(x, |x| {
         y.par_iter_mut().zip(js).with_min_len(BLOCK).for_each(|(y, j)| {
-            products(w, Layout::rows(k), *j, x, 1, std::slice::from_mut(y));
+            products(w, k, *j, x, 1, std::slice::from_mut(y));
         })
     });
     y
@@ -243,14 +301,6 @@ pub fn silu_mul(gate_up: &[f32], rows: usize) -> Vec<f32> {
             }
         }
     });
-    out
-}
-
-/// A weight matrix widened to F32 on every thread, for products too large for [`linear`]: the
-/// blocked multiply needs F32 operands, and widening costs a fraction of the product it feeds.
-pub fn widen<W: Weight>(w: &[W]) -> Vec<f32> {
-    let mut out = vec![0f32; w.len()];
-    out.par_chunks_mut(1 << 16).zip(w.par_chunks(1 << 16)).for_each(|(dst, src)| W::widen_into(src, dst));
     out
 }
 
@@ -652,22 +702,19 @@ pub struct AttentionShape {
     pub d: usize,
 }
 
-/// One task's share, on one thread: `yt[j][r] = w[first + j] · x[r]` for `yt.len() / rows`
-/// weight rows from `first`, through the SIMD path where the CPU has it. The SIMD path walks them
-/// in memory order (one sequential stream the prefetcher follows, per column block).
-fn products<W: Weight>(w: &[W], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-    if !W::block_simd(w, layout, first, x, rows, yt) {
-        block(w, layout, first, x, rows, yt);
+/// One task's share of a product in rows, on one thread: `yt[j][r] = w[first + j] · x[r]` for
+/// `yt.len() / rows` weight rows from `first`, through the SIMD path where the CPU has it. The
+/// SIMD path walks them in memory order (one sequential stream the prefetcher follows).
+fn products<W: Weight>(w: &[W], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+    if !W::block_simd(w, k, first, x, rows, yt) {
+        block(w, k, first, x, rows, yt);
     }
 }
 
-/// [`products`] without SIMD: each weight row (gathered when in column blocks) against each
-/// activation row.
-fn block<W: Weight>(w: &[W], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-    let mut buf = Vec::new();
-    for (j, yt) in yt.chunks_exact_mut(rows).enumerate() {
-        let wj = layout.row(w, first + j, &mut buf);
-        for (y, x) in yt.iter_mut().zip(x.chunks_exact(layout.k)) {
+/// [`products`] without SIMD: each weight row against each activation row.
+fn block<W: Weight>(w: &[W], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+    for (wj, yt) in w[first * k..].chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+        for (y, x) in yt.iter_mut().zip(x.chunks_exact(k)) {
             *y = portable_dot(wj, x);
         }
     }
@@ -709,7 +756,7 @@ fn reduce(acc: [[f32; 8]; 4]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{Layout, Weight};
+    use super::{Weight, CACHE_LINE, PANEL};
     use half::{bf16, f16};
     use std::arch::x86_64::*;
 
@@ -763,23 +810,8 @@ mod simd {
         xs: [&[f32]; R],
         load8: impl Fn(*const W, usize) -> __m256 + Copy,
     ) -> [f32; R] {
-        let mut acc = [[_mm256_setzero_ps(); 4]; R];
-        run_256(w, xs, &mut acc, load8);
-        end_256(w, xs, acc, load8)
-    }
-
-    /// [`dots_256`]'s blocks of 32 (`xs[0].len() / 32` of them), added to `acc`: a row can be
-    /// run a column block at a time with its accumulators carried over.
-    #[inline(always)]
-    #[allow(clippy::needless_range_loop)]
-    unsafe fn run_256<W: Weight, const R: usize>(
-        w: *const W,
-        xs: [&[f32]; R],
-        carried: &mut [[__m256; 4]; R],
-        load8: impl Fn(*const W, usize) -> __m256,
-    ) {
         let blocks = xs[0].len() / 32 * 32;
-        let mut acc = *carried;
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
         let mut i = 0;
         while i < blocks {
             if R > 1 {
@@ -793,7 +825,7 @@ mod simd {
             }
             i += 32;
         }
-        *carried = acc;
+        end_256(w, xs, acc, load8)
     }
 
     /// The end of a row's dot products after its 32-blocks: the whole eights left into the first
@@ -836,22 +868,8 @@ mod simd {
         load8: impl Fn(*const W, usize) -> __m256 + Copy,
         load16: impl Fn(*const W, usize) -> __m512,
     ) -> [f32; R] {
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        run_512(w, xs, &mut acc, load16);
-        end_512(w, xs, acc, load8)
-    }
-
-    /// [`run_256`] for [`dots_512`].
-    #[inline(always)]
-    #[allow(clippy::needless_range_loop)]
-    unsafe fn run_512<W: Weight, const R: usize>(
-        w: *const W,
-        xs: [&[f32]; R],
-        carried: &mut [[__m512; 2]; R],
-        load16: impl Fn(*const W, usize) -> __m512,
-    ) {
         let blocks = xs[0].len() / 32 * 32;
-        let mut acc = *carried;
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let mut i = 0;
         while i < blocks {
             if R > 1 {
@@ -865,7 +883,7 @@ mod simd {
             }
             i += 32;
         }
-        *carried = acc;
+        end_512(w, xs, acc, load8)
     }
 
     /// [`end_256`] for [`dots_512`]'s accumulators, split back into the four eight-lane ones of
@@ -887,6 +905,138 @@ mod simd {
             }
         }
         end_256(w, xs, acc8, load8)
+    }
+
+    /// Asks for the panel's weights [`PREFETCH_BYTES`] ahead of `at`, every cache line of one
+    /// input's `PANEL` weights.
+    #[inline(always)]
+    unsafe fn prefetch_panel<W>(at: *const W) {
+        let mut line = 0;
+        while line < PANEL * std::mem::size_of::<W>() {
+            prefetch(at.cast::<u8>(), line);
+            line += CACHE_LINE;
+        }
+    }
+
+    /// One whole panel (`w`, [`super::Layout`]) against `G` activation rows from `x` (rows of `k`):
+    /// per input, the panel's 32 weights are loaded (widened by `load16`) once, and each row's
+    /// activation value, broadcast, multiplies them into that row's two accumulators, one output
+    /// per lane. Row `g`'s outputs go to `y + g · stride`.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn panel_512<W: Weight, const G: usize>(
+        w: *const W,
+        k: usize,
+        x: *const f32,
+        y: *mut f32,
+        stride: usize,
+        load16: impl Fn(*const W, usize) -> __m512,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+        for i in 0..k {
+            let at = w.add(i * PANEL);
+            if G > 1 {
+                prefetch_panel(at);
+            }
+            let v = [load16(at, 0), load16(at, 16)];
+            for g in 0..G {
+                let b = _mm512_set1_ps(*x.add(g * k + i));
+                for h in 0..2 {
+                    acc[g][h] = _mm512_fmadd_ps(v[h], b, acc[g][h]);
+                }
+            }
+        }
+        for g in 0..G {
+            for h in 0..2 {
+                _mm512_storeu_ps(y.add(g * stride + 16 * h), acc[g][h]);
+            }
+        }
+    }
+
+    /// [`panel_512`] in 256-bit vectors: four accumulators per row, the same operations per lane.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn panel_256<W: Weight, const G: usize>(
+        w: *const W,
+        k: usize,
+        x: *const f32,
+        y: *mut f32,
+        stride: usize,
+        load8: impl Fn(*const W, usize) -> __m256,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for i in 0..k {
+            let at = w.add(i * PANEL);
+            if G > 1 {
+                prefetch_panel(at);
+            }
+            for q in 0..4 {
+                let v = load8(at, 8 * q);
+                for g in 0..G {
+                    acc[g][q] = _mm256_fmadd_ps(v, _mm256_set1_ps(*x.add(g * k + i)), acc[g][q]);
+                }
+            }
+        }
+        for g in 0..G {
+            for q in 0..4 {
+                _mm256_storeu_ps(y.add(g * stride + 8 * q), acc[g][q]);
+            }
+        }
+    }
+
+    /// [`super::panel`] in 512-bit vectors: the activation rows in groups of up to eight (the
+    /// accumulators of eight fill half the registers), each group one pass over the panel.
+    #[inline(always)]
+    unsafe fn panel_rows_512<W: Weight>(
+        w: &[W],
+        x: &[f32],
+        rows: usize,
+        y: *mut f32,
+        stride: usize,
+        load16: impl Fn(*const W, usize) -> __m512 + Copy,
+    ) {
+        let k = x.len() / rows;
+        let mut r = 0;
+        while r < rows {
+            let (w, x, y) = (w.as_ptr(), x[r * k..].as_ptr(), y.add(r * stride));
+            let g = (rows - r).min(8);
+            match g {
+                1 => panel_512::<W, 1>(w, k, x, y, stride, load16),
+                2 => panel_512::<W, 2>(w, k, x, y, stride, load16),
+                3 => panel_512::<W, 3>(w, k, x, y, stride, load16),
+                4 => panel_512::<W, 4>(w, k, x, y, stride, load16),
+                5 => panel_512::<W, 5>(w, k, x, y, stride, load16),
+                6 => panel_512::<W, 6>(w, k, x, y, stride, load16),
+                7 => panel_512::<W, 7>(w, k, x, y, stride, load16),
+                _ => panel_512::<W, 8>(w, k, x, y, stride, load16),
+            }
+            r += g;
+        }
+    }
+
+    /// [`panel_rows_512`] in 256-bit vectors: groups of two rows (sixteen registers hold no more
+    /// accumulators), then the odd one.
+    #[inline(always)]
+    unsafe fn panel_rows_256<W: Weight>(
+        w: &[W],
+        x: &[f32],
+        rows: usize,
+        y: *mut f32,
+        stride: usize,
+        load8: impl Fn(*const W, usize) -> __m256 + Copy,
+    ) {
+        let k = x.len() / rows;
+        let mut r = 0;
+        while r < rows {
+            let (w, x, y) = (w.as_ptr(), x[r * k..].as_ptr(), y.add(r * stride));
+            if rows - r >= 2 {
+                panel_256::<W, 2>(w, k, x, y, stride, load8);
+                r += 2;
+            } else {
+                panel_256::<W, 1>(w, k, x, y, stride, load8);
+                r += 1;
+            }
+        }
     }
 
     /// [`super::int_block`] with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
@@ -971,81 +1121,29 @@ mod simd {
         out
     }
 
-    /// Columns `col..col + width` of each of `xs`.
-    #[inline(always)]
-    fn columns<const R: usize>(xs: [&[f32]; R], col: usize, width: usize) -> [&[f32]; R] {
-        let mut out = xs;
-        for x in out.iter_mut() {
-            *x = &x[col..col + width];
-        }
-        out
-    }
-
-    /// The accumulators of the group of `R` activation rows `xs` from row `r`, among a weight
-    /// row's accumulators for every activation row.
-    #[inline(always)]
-    fn group_of<'a, T, const R: usize>(all: &'a mut [T], r: usize, _xs: [&[f32]; R]) -> &'a mut [T; R] {
-        (&mut all[r..r + R]).try_into().expect("the group's rows are among all rows")
-    }
-
-    /// One task's products ([`super::products`]) in a vector width: `dots` is a whole row's dot
-    /// products with a group of activation rows; `run` adds a column block's to carried
-    /// accumulators (`zero` holds one output's); `end` finishes them after the last block. Row-major
-    /// weights go row by row through `dots`; weights in column blocks go block by block, each
-    /// block's rows in memory order, with every row's accumulators carried to the next block
-    /// (the same operations per output as `dots`, so the same bits).
-    macro_rules! in_layout {
-        (
-            ($w:expr, $layout:expr, $first:expr, $x:expr, $rows:expr, $yt:expr),
-            zero: $zero:expr,
-            dots: |$dwj:ident, $dxs:ident| $dots:expr,
-            run: |$rwj:ident, $rxs:ident, $racc:ident| $run:expr,
-            end: |$ewj:ident, $exs:ident, $eacc:ident| $end:expr
-        ) => {{
-            let (w, layout, first, x, rows, yt): (_, Layout, usize, &[f32], usize, &mut [f32]) =
-                ($w, $layout, $first, $x, $rows, $yt);
-            let (k, n) = (layout.k, yt.len() / rows);
-            if layout.width >= k {
-                let w = &w[first * k..(first + n) * k];
-                for (wj, yt) in w.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
-                    in_fours!(rows, x, k, |r, xs| {
-                        let ($dwj, $dxs) = (wj.as_ptr(), xs);
-                        let out = $dots;
-                        yt[r..r + out.len()].copy_from_slice(&out);
-                    });
-                }
-            } else {
-                // Per weight row, one entry per activation row.
-                let mut carried = vec![$zero; n * rows];
-                for (col, wc) in layout.blocks() {
-                    let last = col + wc == k;
-                    let piece = layout.piece(w, (col, wc), first, n);
-                    for (j, (yt, carried)) in yt.chunks_exact_mut(rows).zip(carried.chunks_exact_mut(rows)).enumerate()
-                    {
-                        let wj = piece[j * wc..].as_ptr();
-                        in_fours!(rows, x, k, |r, xs| {
-                            let xs = columns(xs, col, wc);
-                            let acc = group_of(carried, r, xs);
-                            {
-                                let ($rwj, $rxs, $racc) = (wj, xs, &mut *acc);
-                                $run;
-                            }
-                            if last {
-                                let ($ewj, $exs, $eacc) = (wj, xs, &*acc);
-                                let out = $end;
-                                yt[r..r + out.len()].copy_from_slice(&out);
-                            }
-                        });
-                    }
-                }
+    /// One task's products in rows ([`super::products`]): its weight rows in memory order, each
+    /// against the activation rows in groups of four through `dots`.
+    macro_rules! in_rows {
+        (($w:expr, $k:expr, $first:expr, $x:expr, $rows:expr, $yt:expr), |$wj:ident, $xs:ident| $dots:expr) => {{
+            let (w, k, first, x, rows, yt): (_, usize, usize, &[f32], usize, &mut [f32]) =
+                ($w, $k, $first, $x, $rows, $yt);
+            let n = yt.len() / rows;
+            for (wj, yt) in w[first * k..(first + n) * k].chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+                in_fours!(rows, x, k, |r, xs| {
+                    let ($wj, $xs) = (wj.as_ptr(), xs);
+                    let out = $dots;
+                    yt[r..r + out.len()].copy_from_slice(&out);
+                });
             }
         }};
     }
 
-    /// `block_<type>::{avx2, avx512}`: [`super::block`] for one weight type through [`dots_256`]
-    /// or [`dots_512`], and `best`, which picks the wider where the CPU has it. `$load8` and
-    /// `$load16` widen eight or sixteen weights at an index to F32; closures written here, so
-    /// that they inherit the functions' target features and inline into the loops.
+    /// `block_<type>::{avx2, avx512, best}`: [`super::block`] for one weight type through
+    /// [`dots_256`] or [`dots_512`], `best` picking the wider where the CPU has it; and
+    /// `panel_{avx2, avx512, best}`: [`super::panel_plain`] through [`panel_rows_256`] or
+    /// [`panel_rows_512`]. `$load8` and `$load16` widen eight or sixteen weights at an index to
+    /// F32; closures written here, so that they inherit the functions' target features and
+    /// inline into the loops.
     macro_rules! block_for {
         ($name:ident, $ty:ty, $extra:literal, $load8:expr, $load16:expr) => {
             pub mod $name {
@@ -1053,33 +1151,41 @@ mod simd {
 
                 #[target_feature(enable = "avx2,fma")]
                 #[target_feature(enable = $extra)]
-                pub unsafe fn avx2(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    in_layout!(
-                        (w, layout, first, x, rows, yt),
-                        zero: [_mm256_setzero_ps(); 4],
-                        dots: |wj, xs| dots_256(wj, xs, $load8),
-                        run: |wj, xs, acc| run_256(wj, xs, acc, $load8),
-                        end: |wj, xs, acc| end_256(wj, xs, *acc, $load8)
-                    )
+                pub unsafe fn avx2(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                    in_rows!((w, k, first, x, rows, yt), |wj, xs| dots_256(wj, xs, $load8))
                 }
 
                 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
                 #[target_feature(enable = $extra)]
-                pub unsafe fn avx512(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
-                    in_layout!(
-                        (w, layout, first, x, rows, yt),
-                        zero: [_mm512_setzero_ps(); 2],
-                        dots: |wj, xs| dots_512(wj, xs, $load8, $load16),
-                        run: |wj, xs, acc| run_512(wj, xs, acc, $load16),
-                        end: |wj, xs, acc| end_512(wj, xs, *acc, $load8)
-                    )
+                pub unsafe fn avx512(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                    in_rows!((w, k, first, x, rows, yt), |wj, xs| dots_512(wj, xs, $load8, $load16))
                 }
 
-                pub unsafe fn best(w: &[$ty], layout: Layout, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+                pub unsafe fn best(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
                     if wide_vectors() {
-                        avx512(w, layout, first, x, rows, yt)
+                        avx512(w, k, first, x, rows, yt)
                     } else {
-                        avx2(w, layout, first, x, rows, yt)
+                        avx2(w, k, first, x, rows, yt)
+                    }
+                }
+
+                #[target_feature(enable = "avx2,fma")]
+                #[target_feature(enable = $extra)]
+                pub unsafe fn panel_avx2(w: &[$ty], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+                    panel_rows_256(w, x, rows, y, stride, $load8)
+                }
+
+                #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+                #[target_feature(enable = $extra)]
+                pub unsafe fn panel_avx512(w: &[$ty], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+                    panel_rows_512(w, x, rows, y, stride, $load16)
+                }
+
+                pub unsafe fn panel_best(w: &[$ty], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+                    if wide_vectors() {
+                        panel_avx512(w, x, rows, y, stride)
+                    } else {
+                        panel_avx2(w, x, rows, y, stride)
                     }
                 }
             }
@@ -1137,17 +1243,22 @@ pub(crate) mod tests {
 
     #[test]
     fn matches_a_plain_f64_product_within_rounding() {
-        // Heights and widths that exercise the four-row blocks, the single-row tail, a partial
-        // parallel block and the scalar tail of a row.
-        for (out, k, rows) in [(7, 13, 1), (37, 24, 3), (70, 67, 5), (130, 896, 2)] {
+        // Heights and widths that exercise the four-row groups in rows, the groups of eight in
+        // panels, a narrow last panel, a partial parallel block and the scalar tail of a row.
+        for (out, k, rows) in [(7, 13, 1), (37, 24, 3), (70, 67, 5), (130, 896, 2), (40, 50, 19)] {
             let (w, x, b) = (data(out * k, 1), data(rows * k, 2), data(out, 3));
-            let y = linear(&w, Layout::rows(k), Some(&b), &x, rows);
-            for r in 0..rows {
-                for j in 0..out {
-                    let exact: f64 =
-                        (0..k).map(|i| w[j * k + i] as f64 * x[r * k + i] as f64).sum::<f64>() + b[j] as f64;
-                    let got = y[r * out + j] as f64;
-                    assert!((got - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{r}][{j}] = {got}, exact {exact}");
+            for layout in [Layout::rows(k), Layout::panels(k)] {
+                let y = linear(&layout.arrange(&w), layout, Some(&b), &x, rows);
+                for r in 0..rows {
+                    for j in 0..out {
+                        let exact: f64 =
+                            (0..k).map(|i| w[j * k + i] as f64 * x[r * k + i] as f64).sum::<f64>() + b[j] as f64;
+                        let got = y[r * out + j] as f64;
+                        assert!(
+                            (got - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                            "{layout:?} y[{r}][{j}] = {got}, exact {exact}"
+                        );
+                    }
                 }
             }
         }
@@ -1155,13 +1266,17 @@ pub(crate) mod tests {
 
     #[test]
     fn a_row_computes_the_same_bits_alone_or_in_any_batch() {
-        let (out, k) = (69, 136);
+        // Twenty rows: groups of four in rows; two groups of eight and one of four in panels.
+        let (out, k, rows) = (69, 136, 20);
         let w = data(out * k, 4);
-        let x = data(MAX_ROWS * k, 5);
-        let batch = linear(&w, Layout::rows(k), None, &x, MAX_ROWS);
-        for r in [0, 3, MAX_ROWS - 1] {
-            let alone = linear(&w, Layout::rows(k), None, &x[r * k..(r + 1) * k], 1);
-            assert_eq!(alone, batch[r * out..(r + 1) * out], "row {r}");
+        let x = data(rows * k, 5);
+        for layout in [Layout::rows(k), Layout::panels(k)] {
+            let w = layout.arrange(&w);
+            let batch = linear(&w, layout, None, &x, rows);
+            for r in [0, 3, 9, 17, rows - 1] {
+                let alone = linear(&w, layout, None, &x[r * k..(r + 1) * k], 1);
+                assert_eq!(alone, batch[r * out..(r + 1) * out], "{layout:?} row {r}");
+            }
         }
     }
 
@@ -1207,45 +1322,48 @@ pub(crate) mod tests {
         }
     }
 
+    /// Each output of a product in panels, as it must be computed: one fused multiply-add per
+    /// input, in input order, from zero.
+    fn fused_in_order<W: Weight>(w: &[W], x: &[f32]) -> f32 {
+        w.iter().zip(x).fold(0f32, |acc, (w, x)| w.to_f32().mul_add(*x, acc))
+    }
+
+    fn to<H>(w: &[f32], narrow: fn(f32) -> H) -> Vec<H> {
+        w.iter().map(|v| narrow(*v)).collect()
+    }
+
     #[test]
-    fn weights_in_column_blocks_give_the_row_major_bits() {
-        // Whole blocks only, a narrow last block (with 32-blocks, an 8-block and a scalar tail),
-        // a one-column last block; every row count, in every weight type and the portable path.
-        for (out, k) in [(33, 3 * COLUMN_BLOCK), (70, 2 * COLUMN_BLOCK + 75), (40, COLUMN_BLOCK + 1)] {
-            let (rows_major, blocked) = (Layout::rows(k), Layout::blocked(k));
-            assert!(blocked.width < k, "{k} columns are stored in blocks");
-            let w = data(out * k, 26);
-            let laid = blocked.arrange(&w);
-            let mut buf = Vec::new();
-            for j in [0, 1, out - 1] {
-                assert_eq!(blocked.row(&laid, j, &mut buf), &w[j * k..(j + 1) * k], "{out}x{k}: row {j}");
-            }
-            let x = data(MAX_ROWS * k, 27);
-            for rows in 1..=MAX_ROWS {
+    fn panels_compute_each_output_by_fused_multiply_adds_in_input_order() {
+        // Whole panels only, a narrow last panel, a lone narrow panel; widths with and without
+        // whole vectors; every group size of eight rows and past it; every weight type.
+        for (out, k) in [(64, 33), (70, 75), (5, 896), (33, 8)] {
+            let (w, x) = (data(out * k, 26), data(20 * k, 27));
+            for rows in [1, 2, 3, 4, 5, 6, 7, 8, 9, 20] {
                 let x = &x[..rows * k];
                 let label = format!("{out}x{k}x{rows}");
-                assert_eq!(linear(&laid, blocked, None, x, rows), linear(&w, rows_major, None, x, rows), "{label}");
-                let (w16, laid16) = (to(&w, f16::from_f32), to(&laid, f16::from_f32));
-                assert_eq!(
-                    linear(&laid16, blocked, None, x, rows),
-                    linear(&w16, rows_major, None, x, rows),
-                    "f16 {label}"
-                );
-                let (wb, laidb) = (to(&w, bf16::from_f32), to(&laid, bf16::from_f32));
-                assert_eq!(
-                    linear(&laidb, blocked, None, x, rows),
-                    linear(&wb, rows_major, None, x, rows),
-                    "bf16 {label}"
-                );
-                let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
-                block(&laid, blocked, 0, x, rows, &mut a);
-                block(&w, rows_major, 0, x, rows, &mut b);
-                assert_eq!(a, b, "portable {label}");
+                check(&w, k, x, &label);
+                check(&to(&w, f16::from_f32), k, x, &format!("f16 {label}"));
+                check(&to(&w, bf16::from_f32), k, x, &format!("bf16 {label}"));
             }
         }
 
-        fn to<H>(w: &[f32], narrow: fn(f32) -> H) -> Vec<H> {
-            w.iter().map(|v| narrow(*v)).collect()
+        fn check<W: Weight>(w: &[W], k: usize, x: &[f32], label: &str) {
+            let (out, rows, layout) = (w.len() / k, x.len() / k, Layout::panels(k));
+            let laid = layout.arrange(w);
+            let y = linear(&laid, layout, None, x, rows);
+            for r in 0..rows {
+                for j in 0..out {
+                    let exact = fused_in_order(&w[j * k..(j + 1) * k], &x[r * k..(r + 1) * k]);
+                    assert_eq!(y[r * out + j].to_bits(), exact.to_bits(), "{label}: y[{r}][{j}]");
+                }
+            }
+            // The portable path, panel by panel, gives the same bits.
+            let mut plain = vec![0f32; rows * out];
+            for (p, panel) in laid.chunks(PANEL * k).enumerate() {
+                // SAFETY: panel `p`'s columns of `plain`, `rows × out`.
+                unsafe { panel_plain(panel, x, rows, plain.as_mut_ptr().add(p * PANEL), out) };
+            }
+            assert_eq!(plain, y, "{label}: the portable path");
         }
     }
 
@@ -1264,7 +1382,7 @@ pub(crate) mod tests {
         let (w, x) = (data(out * k, 8), data(rows * k, 9));
         let fast = linear(&w, Layout::rows(k), None, &x, rows);
         let mut yt = vec![0f32; out * rows];
-        block(&w, Layout::rows(k), 0, &x, rows, &mut yt);
+        block(&w, k, 0, &x, rows, &mut yt);
         for j in 0..out {
             for r in 0..rows {
                 let (a, b) = (fast[r * out + j], yt[j * rows + r]);
@@ -1280,26 +1398,46 @@ pub(crate) mod tests {
             eprintln!("skipped: this CPU lacks AVX2/FMA/F16C or AVX-512F, so it runs one path only");
             return;
         }
-        // Widths with whole 32-blocks, a leftover 8-block and a scalar tail, row-major and in
-        // column blocks; one to six rows.
-        let wide = 2 * COLUMN_BLOCK + 75;
-        for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2), (3, wide, 1), (5, wide, 6)] {
-            let layout = Layout::blocked(k);
-            let (w, x) = (layout.arrange(&data(out * k, 15)), data(rows * k, 16));
-            let (w16, wb16): (Vec<f16>, Vec<bf16>) = w.iter().map(|v| (f16::from_f32(*v), bf16::from_f32(*v))).unzip();
-            use simd::{block_bf16, block_f16, block_f32};
-            same_bits((block_f32::avx2, block_f32::avx512), &w, layout, &x, "f32");
-            same_bits((block_f16::avx2, block_f16::avx512), &w16, layout, &x, "f16");
-            same_bits((block_bf16::avx2, block_bf16::avx512), &wb16, layout, &x, "bf16");
+        use simd::{block_bf16, block_f16, block_f32};
+        // In rows: widths with whole 32-blocks, a leftover 8-block and a scalar tail; one to six
+        // rows.
+        for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
+            let (w, x) = (data(out * k, 15), data(rows * k, 16));
+            same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
+            same_bits((block_f16::avx2, block_f16::avx512), &to(&w, f16::from_f32), k, &x, "f16");
+            same_bits((block_bf16::avx2, block_bf16::avx512), &to(&w, bf16::from_f32), k, &x, "bf16");
+        }
+        // In panels: two whole panels; groups of one to eight rows and past them.
+        for (k, rows) in [(33, 1), (75, 3), (8, 8), (131, 11)] {
+            let (w, x) = (Layout::panels(k).arrange(&data(2 * PANEL * k, 17)), data(rows * k, 18));
+            same_panel_bits((block_f32::panel_avx2, block_f32::panel_avx512), &w, k, &x, "f32");
+            let (w16, wb16) = (to(&w, f16::from_f32), to(&w, bf16::from_f32));
+            same_panel_bits((block_f16::panel_avx2, block_f16::panel_avx512), &w16, k, &x, "f16");
+            same_panel_bits((block_bf16::panel_avx2, block_bf16::panel_avx512), &wb16, k, &x, "bf16");
         }
 
-        type Path<W> = unsafe fn(&[W], Layout, usize, &[f32], usize, &mut [f32]);
-        fn same_bits<W>(paths: (Path<W>, Path<W>), w: &[W], layout: Layout, x: &[f32], label: &str) {
-            let (rows, out) = (x.len() / layout.k, w.len() / layout.k);
+        type Path<W> = unsafe fn(&[W], usize, usize, &[f32], usize, &mut [f32]);
+        fn same_bits<W>(paths: (Path<W>, Path<W>), w: &[W], k: usize, x: &[f32], label: &str) {
+            let (rows, out) = (x.len() / k, w.len() / k);
             let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
             // SAFETY: the CPU has the instructions (checked by the caller) and the shapes agree.
-            unsafe { (paths.0(w, layout, 0, x, rows, &mut a), paths.1(w, layout, 0, x, rows, &mut b)) };
-            assert_eq!(a, b, "{label} {out}x{}x{rows}", layout.k);
+            unsafe { (paths.0(w, k, 0, x, rows, &mut a), paths.1(w, k, 0, x, rows, &mut b)) };
+            assert_eq!(a, b, "{label} {out}x{k}x{rows}");
+        }
+
+        type PanelPath<W> = unsafe fn(&[W], &[f32], usize, *mut f32, usize);
+        fn same_panel_bits<W>(paths: (PanelPath<W>, PanelPath<W>), w: &[W], k: usize, x: &[f32], label: &str) {
+            let (rows, out) = (x.len() / k, w.len() / k);
+            let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
+            for (p, panel) in w.chunks_exact(PANEL * k).enumerate() {
+                // SAFETY: the CPU has the instructions (checked by the caller); panel `p`'s
+                // columns of `rows × out` outputs.
+                unsafe {
+                    paths.0(panel, x, rows, a.as_mut_ptr().add(p * PANEL), out);
+                    paths.1(panel, x, rows, b.as_mut_ptr().add(p * PANEL), out);
+                }
+            }
+            assert_eq!(a, b, "{label} {out}x{k}x{rows}");
         }
     }
 

@@ -8,10 +8,10 @@
 //! it cannot run sessions at different positions in one forward. Here the weights are shared by
 //! reference and a session owns only its [`Cache`].
 //!
-//! Numerics: projections of up to [`kernel::MAX_ROWS`] rows go through our own kernel, whose
-//! every output depends only on its own row, so a session's logits are bit-identical whether it
-//! steps alone or batched with others. Larger products (prefill chunks) use candle's matrix
-//! multiply; norms, rotary embedding and softmax are candle's, per row. Greedy ids equal those of
+//! Numerics: every projection, of one row or a prefill chunk's hundreds, goes through our own
+//! kernel, whose every output depends only on its own row, so a session's logits are
+//! bit-identical whether it steps alone or batched with others. Norms, rotary embedding and a
+//! prefill chunk's attention are candle's, per row. Greedy ids equal those of
 //! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::greedy_batch`], what
 //! the engine runs) reads the head through its screen ([`crate::greedy`]): the same ids, for a
 //! quarter of the head's bytes in F32.
@@ -91,7 +91,7 @@ macro_rules! with_weights {
 
 /// A linear layer: weight `out × in` in `layout`, bias kept in F32.
 struct Proj {
-    /// Row-major `out × in`, or its values in column blocks as one flat `out·in` vector.
+    /// Row-major `out × in`, or its values in panels as one flat `out·in` vector.
     w: Tensor,
     layout: kernel::Layout,
     bias: Option<Vec<f32>>,
@@ -101,12 +101,12 @@ struct Proj {
 }
 
 impl Proj {
-    /// `w` is the checkpoint's row-major F32 matrix; stored in `dtype`, in column blocks when
-    /// `blocked` (the layers' projections: [`kernel::Layout`] says why) or as rows (the head,
-    /// whose rows are also looked up and screened one by one).
-    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, blocked: bool) -> Result<Self> {
+    /// `w` is the checkpoint's row-major F32 matrix; stored in `dtype`, in panels when `panels`
+    /// (the layers' projections: [`kernel::Layout`] says why) or as rows (the head, whose rows
+    /// are also looked up and screened one by one).
+    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, panels: bool) -> Result<Self> {
         let (out, k) = w.dims2()?;
-        let layout = if blocked { kernel::Layout::blocked(k) } else { kernel::Layout::rows(k) };
+        let layout = if panels { kernel::Layout::panels(k) } else { kernel::Layout::rows(k) };
         let w = if layout == kernel::Layout::rows(k) {
             w
         } else {
@@ -131,7 +131,8 @@ impl Proj {
 
     /// [`Self::forward`]'s values, row-major, for a caller that works on them directly.
     fn outputs(&self, x: &Tensor) -> Result<Vec<f32>> {
-        with_weights!(self.w, |w| self.product(w, x))
+        let (rows, x) = (x.dim(0)?, x.flatten_all()?.to_vec1::<f32>()?);
+        with_weights!(self.w, |w| Ok(kernel::linear(w, self.layout, self.bias.as_deref(), &x, rows)))
     }
 
     /// For each row of `x` (`rows × in`, F32), the first index of the largest output: through
@@ -149,57 +150,10 @@ impl Proj {
         })
     }
 
-    /// [`Self::forward`] over the weights as stored (`w` is `self.w`'s data).
-    fn product<W: kernel::Weight>(&self, w: &[W], x: &Tensor) -> Result<Vec<f32>> {
-        let rows = x.dim(0)?;
-        if rows <= kernel::MAX_ROWS {
-            return Ok(kernel::linear(w, self.layout, self.bias.as_deref(), &x.flatten_all()?.to_vec1::<f32>()?, rows));
-        }
-        // Candle's blocked multiply, once per column block of the weights (one for row-major
-        // ones), the blocks' products summed in order. Half-precision weights are widened for it a
-        // block of rows at a time (F32 accumulation either way; the block stays in cache for the
-        // product and no full-size copy is ever allocated).
-        let flat = self.w.flatten_all()?;
-        let mut parts = self.layout.blocks().map(|(col, wc)| -> Result<Vec<f32>> {
-            let xc = if wc == self.layout.k() { x.clone() } else { x.narrow(1, col, wc)?.contiguous()? };
-            match self.w.dtype() {
-                DType::F32 => {
-                    let piece = flat.narrow(0, col * self.out, self.out * wc)?.reshape((self.out, wc))?;
-                    xc.matmul(&piece.t()?)?.flatten_all()?.to_vec1::<f32>()
-                }
-                _ => widened_product(self.layout.piece(w, (col, wc), 0, self.out), &xc, self.out),
-            }
-        });
-        let mut y = parts.next().expect("a matrix has at least one column block")?;
-        for part in parts {
-            y.iter_mut().zip(&part?).for_each(|(y, p)| *y += p);
-        }
-        if let Some(b) = &self.bias {
-            y.chunks_exact_mut(self.out).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
-        }
-        Ok(y)
-    }
-
     /// Bytes of the weights (not the screen's copy).
     fn bytes(&self) -> usize {
         self.w.elem_count() * self.w.dtype().size_in_bytes()
     }
-}
-
-/// `x · wᵀ` for half-precision `w` (`out × k`), widening `WIDEN_ROWS` weight rows at a time.
-fn widened_product<W: kernel::Weight>(w: &[W], x: &Tensor, out: usize) -> Result<Vec<f32>> {
-    const WIDEN_ROWS: usize = 256;
-    let (rows, k) = x.dims2()?;
-    let mut y = vec![0f32; rows * out];
-    for first in (0..out).step_by(WIDEN_ROWS) {
-        let n = WIDEN_ROWS.min(out - first);
-        let block = Tensor::from_vec(kernel::widen(&w[first * k..(first + n) * k]), (n, k), x.device())?;
-        let part = x.matmul(&block.t()?)?.flatten_all()?.to_vec1::<f32>()?;
-        for (row, part) in y.chunks_exact_mut(out).zip(part.chunks_exact(n)) {
-            row[first..first + n].copy_from_slice(part);
-        }
-    }
-    Ok(y)
 }
 
 struct Layer {
@@ -631,28 +585,24 @@ mod tests {
     use crate::kernel::tests::data;
 
     #[test]
-    fn projections_in_column_blocks_agree_with_row_major_ones() {
-        // Three column blocks, the last narrow; a bias; decode-sized and prefill-sized inputs.
-        let (out, k) = (24, 2 * kernel::COLUMN_BLOCK + 75);
+    fn a_projection_gives_a_row_the_same_bits_alone_as_in_a_prefill_chunk() {
+        // A chunk past a group of eight rows, a narrow last panel, a bias, every weight dtype.
+        let (out, k, rows) = (70, 75, 21);
         let w = Tensor::from_vec(data(out * k, 30), (out, k), &Device::Cpu).unwrap();
         let bias = Tensor::from_vec(data(out, 31), out, &Device::Cpu).unwrap();
+        let x = Tensor::from_vec(data(rows * k, 32), (rows, k), &Device::Cpu).unwrap();
         for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
-            let rows_major = Proj::new(w.clone(), Some(bias.clone()), dtype, false).unwrap();
-            let blocked = Proj::new(w.clone(), Some(bias.clone()), dtype, true).unwrap();
-            assert_ne!(blocked.layout, rows_major.layout);
-            for rows in [1, 4, kernel::MAX_ROWS, 20] {
-                let x = Tensor::from_vec(data(rows * k, 32), (rows, k), &Device::Cpu).unwrap();
-                let (a, b) = (blocked.outputs(&x).unwrap(), rows_major.outputs(&x).unwrap());
-                let label = format!("{} x {rows}", dtype.name());
-                if rows <= kernel::MAX_ROWS {
-                    // Our kernel: the same operations per output in either layout.
-                    assert_eq!(a, b, "{label}");
-                } else {
-                    // Candle's multiply, once per block and summed: the same within rounding.
-                    for (a, b) in a.iter().zip(&b) {
-                        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{label}: {a} vs {b}");
-                    }
-                }
+            let in_panels = Proj::new(w.clone(), Some(bias.clone()), dtype, true).unwrap();
+            let in_rows = Proj::new(w.clone(), Some(bias.clone()), dtype, false).unwrap();
+            assert_ne!(in_panels.layout, in_rows.layout);
+            let chunk = in_panels.outputs(&x).unwrap();
+            for r in [0, 7, 8, 20] {
+                let alone = in_panels.outputs(&x.narrow(0, r, 1).unwrap()).unwrap();
+                assert_eq!(alone, chunk[r * out..(r + 1) * out], "{} row {r}", dtype.name());
+            }
+            // As rows, the same values summed in another order: equal within rounding.
+            for (a, b) in chunk.iter().zip(&in_rows.outputs(&x).unwrap()) {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{}: {a} vs {b}", dtype.name());
             }
         }
     }

@@ -57,8 +57,7 @@ fn greedy_ids_through_the_screen_are_the_first_largest_of_each_sessions_own_logi
     for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
         let model = LoadedModel::load_as(&support::tiny_dir(), dtype).unwrap();
         let qwen = &model.model;
-        // Ten distinct sessions: more rows than one kernel product takes, so the batch's head
-        // input would go through the blocked multiply if the screen did not decide it.
+        // Ten distinct sessions in one batch, more than a decode step usually carries.
         let base = prompts(&model);
         let prompts: Vec<Vec<u32>> = (0..10u32).map(|i| [&base[i as usize % 3][..], &[i + 5]].concat()).collect();
         let mut solo: Vec<_> = prompts.iter().map(|p| qwen.new_cache(p.len() + 4).unwrap()).collect();
@@ -168,7 +167,7 @@ fn half_precision_weights_halve_the_matrices_and_bf16_holds_a_bf16_checkpoint_ex
     let dir = support::tiny_dir();
     let f32m = LoadedModel::load(&dir).unwrap();
     let prompt = &prompts(&f32m)[0];
-    // Prefill (the blocked multiply) and one decode step (our kernel).
+    // A prefill chunk and one decode step.
     let run = |m: &LoadedModel| -> Vec<Vec<f32>> {
         let mut cache = m.model.new_cache(prompt.len() + 1).unwrap();
         let first = m.model.forward(&mut cache, prompt).unwrap().to_vec1().unwrap();
