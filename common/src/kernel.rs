@@ -29,7 +29,7 @@ use rayon::prelude::*;
 const BLOCK: usize = 32;
 
 /// Outputs per panel of a matrix stored in panels ([`Layout::panels`]): two 512-bit vectors of F32
-/// accumulators per activation row, so eight rows' accumulators fit in the 32 registers.
+/// accumulators per activation row, so a group of eight rows takes half the 32 registers.
 pub const PANEL: usize = 32;
 
 /// How a weight matrix (`out × k`, a linear layer's) lies in memory: as rows (row-major), or in
@@ -37,13 +37,15 @@ pub const PANEL: usize = 32;
 /// input by input: the panel's weights for input 0, then for input 1, and so on.
 ///
 /// Why panels: in rows, a product of several activation rows reloads the activations for every
-/// weight row, one load per multiply-add, and sums each output across vector lanes at its end.
-/// Four rows from memory then cost 35-90% more than one (the loads and the weight stream compete),
-/// and a prefill chunk ran at half the multipliers' rate (candle's multiply, which we used there,
-/// did no better). In panels, a task streams its panel once per group of up to eight rows; each
-/// activation value is loaded once and feeds the panel's 32 outputs; each output accumulates in
-/// its own lane, with no horizontal sum. Measured on 258 rows: twice candle's multiply (gate and
-/// up, 9728 × 896: 10.1-10.9 ms against 19.9-25.9 ms).
+/// weight row, one load per multiply-add, and sums each output across vector lanes at its end:
+/// four rows from memory cost 35-90% more than one (the loads and the weight stream compete),
+/// and a prefill chunk, which went to candle's multiply, ran at half the multipliers' rate. In
+/// panels, a task streams its panel once per group of up to eight rows; each activation value is
+/// loaded once and feeds the panel's 32 outputs; each output accumulates in its own lane, with
+/// no horizontal sum. Measured, the 24 layers' products from memory in a quiet minute: one row
+/// 18.9-20.7 ms (in rows: 19.7-21.4), four rows 22.1-23.9 ms (in rows: 29.3-30.6); a prefill
+/// chunk of 258 rows at twice candle's rate (gate and up, 9728 × 896: 9.5-10.9 ms against
+/// 19.7-25.9 ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     k: usize,
