@@ -522,6 +522,7 @@ fn scores_with(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32])
     let len = probs.len() / (q.len() / d);
     for first in (0..len).step_by(TILE) {
         let last = (first + TILE).min(len);
+        prefetch_tile(keys, first + TILE, d);
         let heads = q.chunks_exact(d).zip(probs.chunks_exact_mut(len).map(|p| &mut p[first..last]));
         for ((c0, o0), second) in Pairs(heads) {
             match second {
@@ -552,6 +553,7 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
     for first in (0..len).step_by(TILE) {
         let last = (first + TILE).min(len);
         let tile = &values[first * d..last * d];
+        prefetch_tile(values, first + TILE, d);
         let heads = probs.chunks_exact(len).map(|p| &p[first..last]).zip(out.chunks_exact_mut(d));
         for ((c0, o0), second) in Pairs(heads) {
             match second {
@@ -560,6 +562,22 @@ fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) 
             }
         }
     }
+}
+
+/// Asks for the tile of positions from `next` on (as many as `rows`, `d` values a position, holds)
+/// while the previous tile's are multiplied. Why: the hardware prefetcher alone left each tile's
+/// first loads waiting on memory; measured at context 4096, the 24 layers' attention of one
+/// session took 2.41-2.52 ms with this against 2.88-3.25 ms without.
+#[inline(always)]
+fn prefetch_tile(rows: &[f32], next: usize, d: usize) {
+    let tile = &rows[(next * d).min(rows.len())..((next + TILE) * d).min(rows.len())];
+    #[cfg(target_arch = "x86_64")]
+    for line in tile.chunks(CACHE_LINE / std::mem::size_of::<f32>()) {
+        // SAFETY: a prefetch reads nothing; it only hints at an address inside a live slice.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = tile;
 }
 
 /// Positions per tile of the cached keys ([`attend_each`]), and of the weighted sums: a tile's keys
