@@ -14,8 +14,8 @@
 //! in, or which vector width the CPU has. In panels, every output is one fused multiply-add per
 //! input, in input order; in rows, one fixed-order dot product (eight lanes, fused multiply-add,
 //! one fixed horizontal sum, then the scalar tail). So a session decoded alone or batched with
-//! others computes bit-identical logits, a prompt's layers compute the same bits whether it is
-//! prefilled in one chunk or several, and batching cannot change greedy ids.
+//! others computes bit-identical logits, a row's products are the same inside a prefill chunk as
+//! alone, and batching cannot change greedy ids.
 //!
 //! Also here, for the same steps: the exact integer products that screen the head for greedy ids
 //! ([`int_products`], used by `crate::greedy`), and attention of each decoding session's new
@@ -142,6 +142,9 @@ weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v));
 pub fn linear<W: Weight>(w: &[W], layout: Layout, bias: Option<&[f32]>, x: &[f32], rows: usize) -> Vec<f32> {
     let k = layout.k;
     assert!(k > 0 && w.len().is_multiple_of(k) && x.len() == rows * k, "linear: shapes do not agree");
+    if rows == 0 {
+        return Vec::new();
+    }
     let out = w.len() / k;
     let mut y = if layout.panels { in_panels(w, k, x, rows) } else { in_rows(w, k, x, rows) };
     // Bias added after the product, as candle's Linear adds it.
@@ -1293,6 +1296,7 @@ pub(crate) mod tests {
         for layout in [Layout::rows(k), Layout::panels(k)] {
             let w = layout.arrange(&w);
             let batch = linear(&w, layout, None, &x, rows);
+            assert!(linear(&w, layout, None, &[], 0).is_empty(), "{layout:?}: no rows");
             for r in [0, 3, 9, 17, rows - 1] {
                 let alone = linear(&w, layout, None, &x[r * k..(r + 1) * k], 1);
                 assert_eq!(alone, batch[r * out..(r + 1) * out], "{layout:?} row {r}");
