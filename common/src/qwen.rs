@@ -107,10 +107,10 @@ impl Proj {
     fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, panels: bool) -> Result<Self> {
         let (out, k) = w.dims2()?;
         let layout = if panels { kernel::Layout::panels(k) } else { kernel::Layout::rows(k) };
-        let w = if layout == kernel::Layout::rows(k) {
-            w
-        } else {
+        let w = if panels {
             Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?
+        } else {
+            w
         };
         let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
         Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(dtype.dtype())?)?, layout, bias, out, screen: None })
