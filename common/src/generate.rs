@@ -27,10 +27,41 @@ pub const QWEN25_CHAT_TEMPLATE: &str = include_str!("../assets/qwen2.5-chat-temp
 const QWEN_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const CORPUS: &str = include_str!("../assets/tokenizer-corpus.txt");
-/// The BPE vocabulary the trainer aims for; the small corpus stops it earlier.
+/// Common English words, so that a realistic shape's tokenizer turns everyday English into about
+/// as many tokens as a real one does, not only the corpus's sentences.
+const ENGLISH_WORDS: &str = include_str!("../assets/english-words.txt");
+/// The BPE vocabulary the trainer aims for when a shape does not say; the small corpus stops it
+/// earlier.
 const BPE_VOCAB_TARGET: usize = 4096;
-/// Qwen2.5's special tokens, in id order.
-pub const SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+/// Qwen2.5's added tokens in id order from `<|endoftext|>`, each with whether it is special
+/// (left out of decoded text). The real tokenizer marks the tool-call and fill-in-the-middle
+/// tokens as not special, so they decode to their text.
+pub const QWEN25_ADDED_TOKENS: [(&str, bool); 22] = [
+    ("<|endoftext|>", true),
+    ("<|im_start|>", true),
+    ("<|im_end|>", true),
+    ("<|object_ref_start|>", true),
+    ("<|object_ref_end|>", true),
+    ("<|box_start|>", true),
+    ("<|box_end|>", true),
+    ("<|quad_start|>", true),
+    ("<|quad_end|>", true),
+    ("<|vision_start|>", true),
+    ("<|vision_end|>", true),
+    ("<|vision_pad|>", true),
+    ("<|image_pad|>", true),
+    ("<|video_pad|>", true),
+    ("<tool_call>", false),
+    ("</tool_call>", false),
+    ("<|fim_prefix|>", false),
+    ("<|fim_middle|>", false),
+    ("<|fim_suffix|>", false),
+    ("<|fim_pad|>", false),
+    ("<|repo_name|>", false),
+    ("<|file_sep|>", false),
+];
+/// The chat template's additional special tokens (tokenizer_config.json), as the real file lists them.
+const ADDITIONAL_SPECIAL: usize = 13;
 
 /// The files of a generated checkpoint, in pin order.
 pub const FILES: [&str; 5] =
@@ -47,10 +78,18 @@ pub struct Shape {
     pub kv_heads: usize,
     pub max_positions: usize,
     pub rope_theta: f64,
-    /// `None`: the embedding has exactly the tokenizer's size (rounded up to 64).
+    /// Rows of the embedding (ids the model can emit); `None`: the tokenizer's ids rounded up
+    /// to 64. Ids past the tokenizer's get filler tokens (see [`build_tokenizer`]).
     pub vocab_size: Option<usize>,
-    /// Id of `<|endoftext|>`; `None`: right after the trained vocabulary.
-    pub special_base: Option<u32>,
+    /// Regular (byte-level BPE) tokens before the added ones: `None`, only those trained from
+    /// the corpus; `Some(n)`, the trained ones and then filler words up to `n`, so that the added
+    /// tokens start at id `n` as in the real tokenizer.
+    pub regular_tokens: Option<usize>,
+    /// How many of [`QWEN25_ADDED_TOKENS`] the tokenizer has (at least the first three, which
+    /// the chat template and the stop ids use).
+    pub added_tokens: usize,
+    /// Whether the tokenizer also learns the bundled list of common English words.
+    pub english_words: bool,
     /// Exact bytes to use for config.json and generation_config.json, when imitating a real model.
     pub config_bytes: Option<(&'static [u8], &'static [u8])>,
     /// Total safetensors file size to match (the header is padded with spaces to reach it).
@@ -73,7 +112,9 @@ pub fn shapes() -> Vec<Shape> {
             max_positions: 4096,
             rope_theta: 1_000_000.0,
             vocab_size: None,
-            special_base: None,
+            regular_tokens: None,
+            added_tokens: 3,
+            english_words: false,
             config_bytes: None,
             safetensors_size: None,
             // Large enough that greedy choices are decisive (top logits far apart compared with
@@ -92,7 +133,9 @@ pub fn shapes() -> Vec<Shape> {
             max_positions: 32768,
             rope_theta: 1_000_000.0,
             vocab_size: Some(151_936),
-            special_base: Some(151_643),
+            regular_tokens: Some(151_643),
+            added_tokens: QWEN25_ADDED_TOKENS.len(),
+            english_words: true,
             config_bytes: Some((
                 include_bytes!("../assets/qwen2.5-0.5b/config.json"),
                 include_bytes!("../assets/qwen2.5-0.5b/generation_config.json"),
@@ -159,11 +202,10 @@ pub fn generate_into(shape: &Shape, dest: &Path, force: bool) -> Result<(), Gene
 }
 
 fn write_files(shape: &Shape, dir: &Path) -> Result<(), GenerateError> {
-    let (tokenizer_json, specials) = build_tokenizer(shape.special_base)?;
-    let vocab_size = shape.vocab_size.unwrap_or_else(|| round_up(specials[2] as usize + 1, 64));
+    let tokenizer = build_tokenizer(shape)?;
     let (config, generation) = match shape.config_bytes {
         Some((c, g)) => (c.to_vec(), g.to_vec()),
-        None => config_files(shape, vocab_size, &specials),
+        None => config_files(shape, tokenizer.vocab_size, &tokenizer.specials),
     };
     let write = |name: &str, bytes: &[u8]| -> Result<(), GenerateError> {
         let path = dir.join(name);
@@ -171,9 +213,9 @@ fn write_files(shape: &Shape, dir: &Path) -> Result<(), GenerateError> {
     };
     write("config.json", &config)?;
     write("generation_config.json", &generation)?;
-    write("tokenizer.json", tokenizer_json.as_bytes())?;
-    write("tokenizer_config.json", tokenizer_config(shape, &specials).as_bytes())?;
-    write_safetensors(shape, vocab_size, &dir.join("model.safetensors"))
+    write("tokenizer.json", tokenizer.json.as_bytes())?;
+    write("tokenizer_config.json", tokenizer_config(shape, tokenizer.specials[0]).as_bytes())?;
+    write_safetensors(shape, tokenizer.vocab_size, &dir.join("model.safetensors"))
 }
 
 fn round_up(n: usize, to: usize) -> usize {
@@ -221,11 +263,30 @@ fn config_files(shape: &Shape, vocab_size: usize, specials: &[u32; 3]) -> (Vec<u
     (pretty(&config).into_bytes(), pretty(&generation).into_bytes())
 }
 
-/// Trains a byte-level BPE on the bundled corpus with the tokenizers crate and places Qwen2.5's
-/// special tokens at `special_base..+3` (right after the vocabulary when `None`).
-/// Returns the tokenizer.json text and the three special ids.
-pub fn build_tokenizer(special_base: Option<u32>) -> Result<(String, [u32; 3]), GenerateError> {
+/// A generated tokenizer.json and where its ids fall.
+#[derive(Debug, Clone)]
+pub struct GeneratedTokenizer {
+    pub json: String,
+    /// Ids of `<|endoftext|>`, `<|im_start|>` and `<|im_end|>`.
+    pub specials: [u32; 3],
+    /// Ids covered: every one decodes to a token (the embedding's rows).
+    pub vocab_size: usize,
+}
+
+/// Builds a shape's tokenizer: a byte-level BPE trained with the tokenizers crate on the bundled
+/// corpus (and, for realistic shapes, a list of common English words), filler words up to the shape's regular token count, Qwen2.5's added tokens
+/// right after them, and filler words for every id left up to the embedding's size.
+///
+/// The model emits any id below `vocab_size` (random weights favour none), so every id must
+/// decode to text, or a server streams nothing. Fillers are words of the vocabulary that no
+/// merge makes: text tokenizes exactly as with the trained merges alone (so prompts keep their
+/// realistic lengths), and the model's ids decode to words. The same holds for the ids past the
+/// added tokens, which stand for embedding rows the real tokenizer leaves unused. The one cost:
+/// text the model wrote, sent back as a prompt, tokenizes into more (smaller) tokens than it was
+/// made of.
+pub fn build_tokenizer(shape: &Shape) -> Result<GeneratedTokenizer, GenerateError> {
     let tk_err = |e: tokenizers::Error| GenerateError::Tokenizer(e.to_string());
+    let bad = |what: String| GenerateError::Tokenizer(format!("shape `{}`: {what}", shape.name));
     let mut tokenizer = Tokenizer::new(BPE::default());
     tokenizer.with_normalizer(Some(NFC));
     let split =
@@ -234,55 +295,111 @@ pub fn build_tokenizer(special_base: Option<u32>) -> Result<(String, [u32; 3]), 
     tokenizer.with_decoder(Some(ByteLevel::new(false, false, false)));
     tokenizer.with_post_processor(Some(ByteLevel::new(false, false, false)));
     let mut trainer: TrainerWrapper = BpeTrainer::builder()
-        .vocab_size(BPE_VOCAB_TARGET)
+        .vocab_size(shape.regular_tokens.unwrap_or(BPE_VOCAB_TARGET))
         .min_frequency(1)
         .show_progress(false)
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build()
         .into();
-    tokenizer.train(&mut trainer, CORPUS.lines()).map_err(tk_err)?;
+    let words = if shape.english_words { ENGLISH_WORDS } else { "" };
+    tokenizer.train(&mut trainer, CORPUS.lines().chain(words.lines())).map_err(tk_err)?;
 
     let mut value: Value = serde_json::from_str(&tokenizer.to_string(false).map_err(tk_err)?)
         .map_err(|e| GenerateError::Tokenizer(e.to_string()))?;
-    let vocab = value["model"]["vocab"].as_object_mut().ok_or_else(|| GenerateError::Tokenizer("no vocab".into()))?;
-    let base = special_base.unwrap_or(vocab.len() as u32);
-    let ids = [base, base + 1, base + 2];
-    let mut added = Vec::new();
-    for (token, id) in SPECIAL_TOKENS.iter().zip(ids) {
+    let model = value["model"].as_object_mut().ok_or_else(|| bad("no BPE model".into()))?;
+    let vocab = model.get_mut("vocab").and_then(Value::as_object_mut).ok_or_else(|| bad("no vocab".into()))?;
+    let trained = vocab.len();
+    let regular = shape.regular_tokens.unwrap_or(trained);
+    if regular < trained {
+        return Err(bad(format!("{regular} regular tokens leave no room for the {trained} trained ones")));
+    }
+    // Filler words are vocabulary without merges: no text encodes to them, so text tokenizes
+    // exactly as with the trained merges, and the model's words decode as words.
+    let mut fillers = filler_words();
+    let mut next_filler = |vocab: &serde_json::Map<String, Value>| {
+        fillers.find(|w| !vocab.contains_key(w)).ok_or_else(|| bad("ran out of filler words".into()))
+    };
+    while vocab.len() < regular {
+        let word = next_filler(vocab)?;
+        vocab.insert(word, json!(vocab.len()));
+    }
+    let added = &QWEN25_ADDED_TOKENS[..shape.added_tokens];
+    let base = regular as u32;
+    let mut added_tokens = Vec::new();
+    for (id, (token, special)) in (base..).zip(added) {
         // In the model's vocabulary too, so the ids survive any loader's renumbering.
         vocab.insert(token.to_string(), json!(id));
-        added.push(json!({
+        added_tokens.push(json!({
             "id": id, "content": token, "single_word": false, "lstrip": false,
-            "rstrip": false, "normalized": false, "special": true
+            "rstrip": false, "normalized": false, "special": special
         }));
     }
-    value["added_tokens"] = Value::Array(added);
-    value["model"]["ignore_merges"] = json!(false);
+    let covered = regular + added.len();
+    let vocab_size = shape.vocab_size.unwrap_or_else(|| round_up(covered, 64));
+    if vocab_size < covered {
+        return Err(bad(format!("an embedding of {vocab_size} rows is smaller than the tokenizer's {covered} ids")));
+    }
+    for id in covered..vocab_size {
+        let word = next_filler(vocab)?;
+        vocab.insert(word, json!(id));
+    }
+    model.insert("ignore_merges".into(), json!(false));
+    value["added_tokens"] = Value::Array(added_tokens);
     let text = pretty(&value);
-    // Prove the file loads and maps the specials where we put them.
+    // Prove the file loads, maps the added tokens where we put them, and covers every id.
     let check = text.parse::<Tokenizer>().map_err(tk_err)?;
-    for (token, id) in SPECIAL_TOKENS.iter().zip(ids) {
+    for (id, (token, _)) in (base..).zip(added) {
         if check.token_to_id(token) != Some(id) {
-            return Err(GenerateError::Tokenizer(format!("{token} did not land at id {id}")));
+            return Err(bad(format!("{token} did not land at id {id}")));
         }
     }
-    Ok((text, ids))
+    if let Some(id) = (0..vocab_size as u32).find(|&id| check.id_to_token(id).is_none()) {
+        return Err(bad(format!("id {id} has no token")));
+    }
+    Ok(GeneratedTokenizer { json: text, specials: [base, base + 1, base + 2], vocab_size })
 }
 
-fn tokenizer_config(shape: &Shape, specials: &[u32; 3]) -> String {
+/// Word-like filler tokens in the byte-level alphabet, in a fixed order: consonant-vowel
+/// syllables, then words of two syllables, then three, ..., each first with a leading space
+/// (`Ġ`, as most words of a real vocabulary have) and then without. Within a length the words
+/// come in a fixed scrambled order (a multiplier prime to the count), so a cut-off length still
+/// mixes all its syllables.
+fn filler_words() -> impl Iterator<Item = String> {
+    let syllables: Vec<String> =
+        "bcdfghjklmnprstvwxyz".chars().flat_map(|c| "aeiou".chars().map(move |v| format!("{c}{v}"))).collect();
+    (1u32..).flat_map(move |length| {
+        let syllables = syllables.clone();
+        let count = (syllables.len() as u64).pow(length);
+        (0..count).flat_map(move |i| {
+            let mut n = i.wrapping_mul(7919) % count;
+            let mut word = String::new();
+            for _ in 0..length {
+                word.push_str(&syllables[(n % syllables.len() as u64) as usize]);
+                n /= syllables.len() as u64;
+            }
+            [format!("Ġ{word}"), word]
+        })
+    })
+}
+
+fn tokenizer_config(shape: &Shape, base: u32) -> String {
+    let added = &QWEN25_ADDED_TOKENS[..shape.added_tokens];
     let mut decoder = serde_json::Map::new();
-    for (token, id) in SPECIAL_TOKENS.iter().zip(specials) {
+    for (id, (token, special)) in (base..).zip(added) {
         decoder.insert(
             id.to_string(),
             json!({"content": token, "lstrip": false, "normalized": false, "rstrip": false,
-                   "single_word": false, "special": true}),
+                   "single_word": false, "special": special}),
         );
     }
+    // The real file lists the special tokens after `<|endoftext|>` as additional ones.
+    let additional: Vec<&str> =
+        added.iter().skip(1).take(ADDITIONAL_SPECIAL).filter(|(_, special)| *special).map(|(t, _)| *t).collect();
     pretty(&json!({
         "add_bos_token": false,
         "add_prefix_space": false,
         "added_tokens_decoder": decoder,
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "additional_special_tokens": additional,
         "bos_token": null,
         "chat_template": QWEN25_CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": false,

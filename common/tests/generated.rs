@@ -126,3 +126,37 @@ fn a_killed_generation_leaves_no_checkpoint_behind() {
     child.wait().unwrap();
     assert!(!generated.join("qwen2.5-0.5b").exists(), "a killed run left a checkpoint where a complete one belongs");
 }
+
+#[test]
+fn the_realistic_shape_decodes_every_id_it_can_emit_and_tokenizes_english_like_qwen() {
+    let shape = shape("qwen2.5-0.5b").unwrap();
+    let built = generate::build_tokenizer(&shape).unwrap();
+    assert_eq!((built.vocab_size, built.specials), (151_936, [151_643, 151_644, 151_645]));
+    let tokenizer: tokenizers::Tokenizer = built.json.parse().unwrap();
+    // Qwen2.5's added tokens at their real ids, special or not as the real file marks them.
+    for (id, (token, _)) in (151_643u32..).zip(generate::QWEN25_ADDED_TOKENS) {
+        assert_eq!(tokenizer.token_to_id(token), Some(id), "{token}");
+    }
+    // Every id the embedding has decodes to text; only the 14 special tokens are left out when
+    // decoding for a reader, as servers do.
+    let mut skipped = Vec::new();
+    for id in 0..built.vocab_size as u32 {
+        assert!(!tokenizer.decode(&[id], false).unwrap().is_empty(), "id {id} decodes to nothing");
+        if tokenizer.decode(&[id], true).unwrap().is_empty() {
+            skipped.push(id);
+        }
+    }
+    assert_eq!(skipped, (151_643..=151_656).collect::<Vec<u32>>());
+    // Everyday English comes out at about a real tokenizer's length (Qwen2.5's gives 19 and 17
+    // tokens here), not a byte-level crawl.
+    let english = [
+        "The quick brown fox jumps over the lazy dog while the server streams tokens to every client.",
+        "Continuous batching lets an inference server advance every admitted request in one forward pass.",
+    ];
+    let tokens: usize = english.iter().map(|t| tokenizer.encode(*t, false).unwrap().len()).sum();
+    let chars: usize = english.iter().map(|t| t.len()).sum();
+    assert!(chars as f64 / tokens as f64 >= 3.5, "{chars} characters in {tokens} tokens");
+    // Filler words are vocabulary only: text never encodes to them.
+    let word = tokenizer.token_to_id("Ġbaki").expect("a two-syllable filler word");
+    assert!(!tokenizer.encode(" baki", false).unwrap().get_ids().contains(&word));
+}
