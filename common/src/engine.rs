@@ -22,6 +22,8 @@ pub enum EngineError {
     ZeroCap,
     #[error("model forward failed: {0}")]
     Forward(#[from] candle_core::Error),
+    #[error("the engine panicked in a step: {0}")]
+    Panicked(String),
 }
 
 /// Why a session ended.
@@ -76,10 +78,12 @@ impl Session {
             return Err(EngineError::ZeroCap);
         }
         let context = model.config.max_position_embeddings;
-        if prompt.len() + max_new_tokens > context {
+        // Checked: the cap may come from a client or a manifest, and a wrapped sum would pass.
+        let length = prompt.len().checked_add(max_new_tokens).filter(|&n| n <= context);
+        let Some(length) = length else {
             return Err(EngineError::TooLong { prompt: prompt.len(), max_new: max_new_tokens, context });
-        }
-        let cache = model.model.new_cache(prompt.len() + max_new_tokens)?;
+        };
+        let cache = model.model.new_cache(length)?;
         Ok(Session {
             model: model.model.clone(),
             cache,
@@ -90,6 +94,13 @@ impl Session {
             stop_ids: model.stop_ids.clone(),
             finished: None,
         })
+    }
+
+    /// The same session, generating up to its cap whatever tokens the model emits (vLLM's
+    /// `ignore_eos`): for benchmarks that need every answer at full length.
+    pub fn without_stop_ids(mut self) -> Self {
+        self.stop_ids.clear();
+        self
     }
 
     pub fn is_finished(&self) -> bool {
@@ -104,6 +115,10 @@ impl Session {
         self.prompt.len()
     }
 
+    pub fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+
     /// Prompt tokens not yet prefilled.
     pub fn prefill_remaining(&self) -> usize {
         self.prompt.len() - self.prefilled
@@ -111,6 +126,16 @@ impl Session {
 
     pub fn output(&self) -> &[u32] {
         &self.output
+    }
+
+    /// Where this session's cache ends now; a step that failed can be undone back to it with
+    /// [`Session::rewind`] (a failed step records nothing else).
+    pub(crate) fn cache_mark(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub(crate) fn rewind(&mut self, mark: usize) {
+        self.cache.truncate(mark);
     }
 
     /// What a scheduling policy may look at.

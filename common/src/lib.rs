@@ -29,6 +29,7 @@ pub mod scheduler;
 pub mod schema;
 pub mod serving;
 pub mod stats;
+pub mod stepper;
 pub mod template;
 pub mod workspace;
 

@@ -211,6 +211,13 @@ impl Cache {
         self.len == 0
     }
 
+    /// Forgets the positions from `len` on: a forward that failed part way may have written
+    /// some of them (the length only advances once every layer has), and a retry from `len`
+    /// overwrites them exactly.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Marks the first `len` positions as filled without computing them: for benchmarks that time
     /// a step at a long context without paying for its prefill. The keys and values there are set
     /// to a constant, which changes the numbers, not the work. (Written, not left as allocated:

@@ -1,14 +1,15 @@
-//! The scheduler: admits jobs as they arrive (up to `max_active` at once), lets the policy plan
-//! the next step (one job for the serial policies, every admitted job for `batched`), runs it as
-//! one forward over the jobs' own sessions, and records every job's part of every step on one
-//! timeline.
+//! The scheduler: admits jobs as they arrive (up to `max_active` at once) into the stepping loop
+//! it shares with the embedded server ([`crate::stepper`]), where the policy plans each step (one
+//! job for the serial policies, every admitted job for `batched`) and one forward runs it over
+//! the jobs' own sessions; it records every job's part of every step on one timeline.
 //!
 //! Per-request numbers are *derived* from the timeline by [`request_metrics`], never measured on
 //! the side, so the audit can recompute them exactly from the artifact.
 
-use crate::engine::{step_batch, EngineError, FinishReason, Session, StepKind};
+use crate::engine::{EngineError, FinishReason, Session, StepKind};
 use crate::load::LoadedModel;
-use crate::policy::{Candidate, Policy};
+use crate::policy::Policy;
+use crate::stepper::Stepper;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -154,33 +155,28 @@ fn peak_rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Runs `jobs` (in arrival order) to completion under `config`.
+/// Runs `jobs` (in arrival order) to completion under `config`: each job is admitted once it
+/// has arrived and a slot is free, and the shared stepping loop ([`Stepper`]) steps it.
 pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOutcome, EngineError> {
-    struct Active<'a> {
-        job: &'a Job,
-        session: Session,
-    }
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
     let mut pending = order.into_iter().peekable();
-    let mut active: Vec<Active> = Vec::with_capacity(config.max_active);
+    let mut stepper: Stepper<&Job> = Stepper::new(config.policy, config.chunk_size, config.max_active);
     let mut timeline = Vec::new();
     let mut finish = Vec::new();
-    let mut cursor = 0usize;
     let mut in_forward = Duration::ZERO;
     reset_peak_rss();
     let start = Instant::now();
 
     loop {
         let now_ms = since(start, Instant::now());
-        while active.len() < config.max_active {
+        while stepper.has_room() {
             match pending.next_if(|j| j.arrival_ms <= now_ms) {
-                Some(job) => active
-                    .push(Active { job, session: Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)? }),
+                Some(job) => stepper.admit(job, Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)?),
                 None => break,
             }
         }
-        if active.is_empty() {
+        if stepper.is_empty() {
             match pending.peek() {
                 Some(next) => {
                     std::thread::sleep(Duration::from_secs_f64((next.arrival_ms - now_ms).max(0.0) / 1000.0));
@@ -189,46 +185,27 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
                 None => break,
             }
         }
-        let candidates: Vec<Candidate> = active.iter().map(|a| a.session.candidate()).collect();
-        let plan = config.policy.plan(&candidates, cursor, config.chunk_size);
-        debug_assert!(plan.windows(2).all(|w| w[0].0 < w[1].0), "a plan lists jobs in admission order");
-        let chunks: Vec<Option<usize>> = plan.iter().map(|p| p.1).collect();
-        let mut sessions: Vec<&mut Session> = active
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, _)| plan.iter().any(|p| p.0 == *i))
-            .map(|(_, a)| &mut a.session)
-            .collect();
-        let t0 = Instant::now();
-        let outcomes = step_batch(&mut sessions, &chunks)?;
-        let t1 = Instant::now();
-        in_forward += t1 - t0;
-        let (start_ms, end_ms) = (since(start, t0), since(start, t1));
-        for (&(i, _), outcome) in plan.iter().zip(&outcomes) {
-            timeline.push(TimelineStep {
-                job: active[i].job.id.clone(),
-                kind: outcome.kind,
-                tokens: outcome.tokens,
-                position: outcome.position,
-                start_ms,
-                end_ms,
-                token: outcome.token,
-                batch: plan.len(),
+        let stepped = stepper
+            .step(|job, _, outcome, times| {
+                timeline.push(TimelineStep {
+                    job: job.id.clone(),
+                    kind: outcome.kind,
+                    tokens: outcome.tokens,
+                    position: outcome.position,
+                    start_ms: since(start, times.started),
+                    end_ms: since(start, times.ended),
+                    token: outcome.token,
+                    batch: times.batch,
+                })
             });
+        if let Some((_, _, error)) = stepped.failed.into_iter().next() {
+            return Err(error);
         }
-        // Finished jobs leave; the round-robin cursor moves past the last stepped job, less the
-        // slots freed at or before it.
-        let done: Vec<(usize, FinishReason)> =
-            plan.iter().filter_map(|p| active[p.0].session.finish_reason().map(|r| (p.0, r))).collect();
-        for &(i, reason) in &done {
-            let a = &active[i];
-            finish.push(Finished { job: a.job.id.clone(), reason, kv_cache_bytes: a.session.kv_cache_bytes() });
+        in_forward += stepped.times.ended - stepped.times.started;
+        for (job, session) in stepped.finished {
+            let reason = session.finish_reason().expect("a retired session has finished");
+            finish.push(Finished { job: job.id.clone(), reason, kv_cache_bytes: session.kv_cache_bytes() });
         }
-        for &(i, _) in done.iter().rev() {
-            active.remove(i);
-        }
-        let last = plan.last().map(|p| p.0).unwrap_or(0);
-        cursor = last + 1 - done.len();
     }
     let total = start.elapsed();
     let elapsed_ms = timeline.last().map(|s| s.end_ms).unwrap_or(0.0);

@@ -113,6 +113,14 @@ impl Parameters {
         if self.rounds == 0 {
             return Err("parameters.rounds: 0; must be at least 1".into());
         }
+        if self.warmup.checked_add(self.rounds).and_then(|n| n.checked_mul(self.runs.len())).is_none() {
+            return Err(format!(
+                "parameters.warmup: {} warmup plus {} measured rounds of {} runs is more than can be counted; give fewer",
+                self.warmup,
+                self.rounds,
+                self.runs.len()
+            ));
+        }
         Ok(())
     }
 }

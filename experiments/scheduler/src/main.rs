@@ -99,7 +99,7 @@ fn run(args: Args) -> Result<i32> {
     for (i, spec) in params.jobs.iter().enumerate() {
         let job = Job::from_spec(model, spec).with_context(|| format!("jobs[{i}].prompt"))?;
         let (prompt_tokens, context) = (job.prompt_ids.len(), model.config.max_position_embeddings);
-        if prompt_tokens + spec.max_new_tokens > context {
+        if prompt_tokens.checked_add(spec.max_new_tokens).is_none_or(|n| n > context) {
             bail!(
                 "jobs[{i}].prompt: {prompt_tokens} tokens plus max_new_tokens {} exceed the model's context of {context}; shorten the prompt or lower the cap",
                 spec.max_new_tokens
