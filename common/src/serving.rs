@@ -9,6 +9,7 @@
 //! `aggregate_output_tps` is a round's successful output tokens over that round's wall time.
 //! Percentiles interpolate linearly between order statistics.
 
+use crate::policy::Policy;
 use crate::provenance::Provenance;
 use crate::stats::summarize;
 use schemars::JsonSchema;
@@ -259,7 +260,22 @@ pub struct Parameters {
     /// The embedded server's concurrent requests and queue length (unused for external targets).
     pub server_max_active: usize,
     pub server_queue: usize,
+    /// How the embedded server steps its requests (unused for external targets).
+    #[serde(default = "batched")]
+    pub server_policy: Policy,
+    /// The embedded server's prefill chunk size; for `batched`, its step's token budget. `None`:
+    /// whole prompts in one step.
+    #[serde(default)]
+    pub server_chunk_size: Option<usize>,
 }
+
+fn batched() -> Policy {
+    Policy::Batched
+}
+
+/// The longest timeout accepted, in seconds (a week): beyond it a deadline is no deadline, and
+/// far beyond it the clock's arithmetic overflows.
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 86_400.0;
 
 impl Parameters {
     /// One line per problem, naming the field.
@@ -279,12 +295,15 @@ impl Parameters {
             ("idle_timeout_s", self.idle_timeout_s),
             ("total_timeout_s", self.total_timeout_s),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{name}: {v}; must be a positive number of seconds"));
+            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
+                return Err(format!("{name}: {v}; must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"));
             }
         }
         if self.server_max_active == 0 {
             return Err("server_max_active: 0; must be at least 1".into());
+        }
+        if self.server_chunk_size == Some(0) {
+            return Err("server_chunk_size: 0; must be at least 1 (or absent for whole prompts)".into());
         }
         Ok(())
     }

@@ -5,11 +5,13 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use common::experiment::{prepare, ModelArgs};
+use common::policy::Policy;
 use common::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use common::workspace::Workspace;
 use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
 use serving_bench::server::{self, ServerConfig};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 const EXPERIMENT: &str = "serving-bench";
@@ -46,20 +48,50 @@ struct ServeArgs {
     /// Weight matrices in f32 (the checkpoint exactly), or f16 / bf16 (half the bytes per step).
     #[arg(long, default_value = "f32", value_parser = common::qwen::WeightDtype::parse)]
     dtype: common::qwen::WeightDtype,
-    /// Address to bind; anything but loopback exposes the server to the network.
+    /// Address to bind; anything but loopback exposes the server to the network (a warning says
+    /// so).
     #[arg(long, default_value = "127.0.0.1")]
     host: std::net::IpAddr,
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// Requests computed at once; their steps interleave.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How the engine steps admitted requests: batched (every request in each step, new ones
+    /// joining as slots free), interleave (one request per step, in turn), or fifo (one request
+    /// to completion at a time).
+    #[arg(long, default_value = "batched", value_parser = Policy::parse)]
+    policy: Policy,
+    /// Requests admitted into the engine at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_active: u64,
-    /// Requests waiting beyond those; more are answered 503 with Retry-After.
-    #[arg(long, default_value_t = 64)]
-    queue: usize,
+    /// Prefill chunk size in tokens; for batched, the step's token budget (decodes included).
+    /// [default: whole prompts in one step]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    chunk_size: Option<u64>,
+    /// Requests waiting beyond the active ones; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    queue: u64,
     /// Largest request body in bytes; larger ones are answered 400.
-    #[arg(long, default_value_t = 1 << 20)]
-    max_body_bytes: usize,
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    max_body_bytes: u64,
+    /// Open connections at once; more are answered 503 and closed (lowered to fit the process's
+    /// file limit).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Seconds a client has to send a request's head (and again its body); slower ones are cut.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    header_timeout: f64,
+    /// Seconds a kept-alive connection may stay idle between requests before it is closed.
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+    idle_timeout: f64,
+}
+
+/// A positive number of seconds, at most a week.
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= serving::MAX_TIMEOUT_S {
+        Ok(v)
+    } else {
+        Err(format!("{v}: must be above 0 and at most {} seconds", serving::MAX_TIMEOUT_S))
+    }
 }
 
 #[derive(Args)]
@@ -116,6 +148,8 @@ fn seed_parameters() -> Parameters {
         total_timeout_s: 600.0,
         server_max_active: 4,
         server_queue: 64,
+        server_policy: Policy::Batched,
+        server_chunk_size: None,
     }
 }
 
@@ -144,12 +178,22 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &model_args)?;
     let name = model_name(&prepared.resolved);
     let config = ServerConfig {
-        model_name: name.clone(),
+        policy: args.policy,
         max_active: args.max_active as usize,
-        queue: args.queue,
-        max_body_bytes: args.max_body_bytes,
-        chunk_size: None,
+        chunk_size: args.chunk_size.map(|c| c as usize),
+        queue: args.queue as usize,
+        max_body_bytes: args.max_body_bytes as usize,
+        max_connections: args.max_connections as usize,
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+        ..ServerConfig::new(name.clone())
     };
+    if !args.host.is_loopback() {
+        eprintln!(
+            "warning: binding {}: the server is reachable from the network, without authentication; use --host 127.0.0.1 to keep it local",
+            args.host
+        );
+    }
     let running = server::spawn((args.host, args.port).into(), prepared.model, config)
         .await
         .with_context(|| format!("cannot bind {}:{}; pick another --port", args.host, args.port))?;
@@ -158,14 +202,18 @@ async fn serve(args: ServeArgs) -> Result<()> {
     #[cfg(unix)]
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     println!(
-        "serving `{name}` on http://{} (OpenAI /v1/chat/completions, Ollama /api/chat); Ctrl-C stops",
-        running.addr
+        "serving `{name}` on http://{} (OpenAI /v1/chat/completions and /v1/completions, Ollama /api/chat and /api/generate); policy {}, up to {} active, {} connections; Ctrl-C stops",
+        running.addr,
+        args.policy.name(),
+        args.max_active,
+        running.max_connections
     );
     #[cfg(unix)]
     interrupt.recv().await;
     #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
-    println!("stopping: finishing open streams");
+    // Whoever started us may have stopped reading our output; that is no reason to fail.
+    let _ = writeln!(std::io::stdout(), "stopping: finishing open streams");
     running.stop().await;
     Ok(())
 }
@@ -242,11 +290,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
         let prepared = prepared.as_ref().expect("embedded runs prepare a model");
         let name = model_name(&prepared.resolved);
         let config = ServerConfig {
-            model_name: name.clone(),
+            policy: params.server_policy,
             max_active: params.server_max_active,
+            chunk_size: params.server_chunk_size,
             queue: params.server_queue,
-            max_body_bytes: 1 << 20,
-            chunk_size: None,
+            ..ServerConfig::new(name.clone())
         };
         let running = server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?;
         let base_url = format!("http://{}", running.addr);

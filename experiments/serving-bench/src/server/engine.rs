@@ -1,0 +1,205 @@
+//! The engine thread: the only place that computes. It takes jobs from the bounded queue,
+//! admits them into the stepping loop it shares with the scheduler study
+//! ([`common::stepper::Stepper`]) under the server's policy, and sends every client its text as
+//! each step makes it. A request that arrives while others decode joins the next step; one that
+//! fails inside a step fails alone (with the others in that step), and the engine goes on.
+
+use super::Settings;
+use common::engine::{FinishReason, Session, StepKind, StepOutcome};
+use common::load::LoadedModel;
+use common::stepper::{StepTimes, Stepper};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// A request the handlers have validated and tokenized.
+pub(crate) struct Job {
+    pub prompt_ids: Vec<u32>,
+    pub max_tokens: usize,
+    pub ignore_eos: bool,
+    pub tx: mpsc::UnboundedSender<Event>,
+    pub received: Instant,
+}
+
+/// What the engine tells one request's handler.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Text made by one step (whole characters only).
+    Text(String),
+    Done(Finished),
+    /// The request failed inside a step, or could not start; the reason.
+    Error(String),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Finished {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub output_ids: Vec<u32>,
+    /// Time in steps that prefilled the prompt.
+    pub prompt_eval: Duration,
+    /// Time in steps that produced a token (the last prefill step produces the first).
+    pub eval: Duration,
+    /// From the handler queueing the request to its end.
+    pub total: Duration,
+}
+
+/// The engine's state as `/health` reports it.
+#[derive(Debug, Default)]
+pub struct EngineState {
+    /// False once the engine thread has ended (it never should while the server runs).
+    pub alive: AtomicBool,
+    pub active: AtomicUsize,
+    pub queued: AtomicUsize,
+    pub completed: AtomicUsize,
+    pub cancelled: AtomicUsize,
+    /// Answered 503 because the queue was full.
+    pub rejected: AtomicUsize,
+    /// Failed inside a step, or could not start.
+    pub failed: AtomicUsize,
+    pub steps: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// Marks the engine dead when its thread ends, however it ends.
+struct AliveGuard(Arc<EngineState>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// One admitted request beside its session.
+struct Active {
+    job: Job,
+    text: Detokenizer,
+    prompt_eval: Duration,
+    eval: Duration,
+}
+
+/// Runs until every queue sender is gone and the last admitted request has ended.
+pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settings: Settings, state: Arc<EngineState>) {
+    state.alive.store(true, Ordering::SeqCst);
+    let _guard = AliveGuard(state.clone());
+    let mut stepper =
+        Stepper::new(settings.policy, settings.chunk_size, settings.max_active).with_hook(settings.step_hook.clone());
+    loop {
+        // Wait for work when idle; otherwise take whatever is queued, up to the free slots.
+        while stepper.has_room() {
+            let job = if stepper.is_empty() {
+                match jobs.blocking_recv() {
+                    Some(job) => job,
+                    None => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            };
+            state.queued.fetch_sub(1, Ordering::SeqCst);
+            if job.tx.is_closed() {
+                state.cancelled.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            match Session::new(&model, job.prompt_ids.clone(), job.max_tokens) {
+                Ok(session) => {
+                    let session = if job.ignore_eos { session.without_stop_ids() } else { session };
+                    state.active.fetch_add(1, Ordering::SeqCst);
+                    let active =
+                        Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
+                    stepper.admit(active, session);
+                }
+                Err(e) => {
+                    state.failed.fetch_add(1, Ordering::SeqCst);
+                    let _ = job.tx.send(Event::Error(e.to_string()));
+                }
+            }
+        }
+        // A client that went away has closed its channel: free its session now.
+        let gone = stepper.retain(|a| !a.job.tx.is_closed()).len();
+        if gone > 0 {
+            state.active.fetch_sub(gone, Ordering::SeqCst);
+            state.cancelled.fetch_add(gone, Ordering::SeqCst);
+        }
+        if stepper.is_empty() {
+            continue;
+        }
+        let stepped = stepper.step(|a, session, outcome, times| a.stepped(&model, session, outcome, times));
+        state.steps.fetch_add(1, Ordering::SeqCst);
+        for (mut a, session) in stepped.finished {
+            a.finish(&model, &session);
+            state.active.fetch_sub(1, Ordering::SeqCst);
+            state.completed.fetch_add(1, Ordering::SeqCst);
+        }
+        for (a, _, error) in stepped.failed {
+            let reason = error.to_string();
+            tracing::error!("a request failed in a step: {reason}");
+            *state.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+            let _ = a.job.tx.send(Event::Error(reason));
+            state.active.fetch_sub(1, Ordering::SeqCst);
+            state.failed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Active {
+    /// Books the step's time and sends the text its token completed, if any.
+    fn stepped(&mut self, model: &LoadedModel, session: &Session, outcome: &StepOutcome, times: &StepTimes) {
+        let took = times.ended - times.started;
+        if outcome.kind == StepKind::Prefill {
+            self.prompt_eval += took;
+        }
+        if outcome.token.is_some() {
+            self.eval += took;
+            if let Some(text) = self.text.next(model, session.output(), false) {
+                let _ = self.job.tx.send(Event::Text(text));
+            }
+        }
+    }
+
+    /// Sends what text is left (an incomplete character at the very end included), then the end.
+    fn finish(&mut self, model: &LoadedModel, session: &Session) {
+        if let Some(text) = self.text.next(model, session.output(), true) {
+            let _ = self.job.tx.send(Event::Text(text));
+        }
+        let done = Finished {
+            reason: session.finish_reason().unwrap_or(FinishReason::Length),
+            prompt_tokens: session.prompt_len(),
+            output_ids: session.output().to_vec(),
+            prompt_eval: self.prompt_eval,
+            eval: self.eval,
+            total: self.job.received.elapsed(),
+        };
+        let _ = self.job.tx.send(Event::Done(done));
+    }
+}
+
+/// Incremental detokenization. Decoding a token alone can split a character (byte-level tokens)
+/// or drop a space, so each step decodes the window since the last text sent, and sends only
+/// the new text, and only whole characters: a trailing partial UTF-8 sequence waits for its
+/// next token. The window stays a few tokens long, so a step costs the same late in a long
+/// answer as early.
+#[derive(Debug, Default)]
+struct Detokenizer {
+    /// Ids before `from` are sent and need no decoding; `from..to` is the text already sent of
+    /// the current window.
+    from: usize,
+    to: usize,
+}
+
+impl Detokenizer {
+    fn next(&mut self, model: &LoadedModel, ids: &[u32], flush: bool) -> Option<String> {
+        let sent = model.decode(&ids[self.from..self.to]);
+        let text = model.decode(&ids[self.from..]);
+        let ready = text.len() > sent.len() && text.starts_with(&sent) && (flush || !text.ends_with('\u{fffd}'));
+        if !ready {
+            return None;
+        }
+        self.from = self.to;
+        self.to = ids.len();
+        Some(text[sent.len()..].to_string())
+    }
+}

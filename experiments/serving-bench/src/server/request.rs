@@ -1,0 +1,395 @@
+//! Reading a generation request: its content type, its JSON body and every field the server
+//! acts on, checked without touching the model. Each problem is a [`Rejection`] that names the
+//! field, never a panic: the property tests feed this generated and mutated bodies.
+//!
+//! Fields the server has no use for are ignored, as other servers do; fields that would change
+//! the answer in a way this greedy, single-choice server cannot honour (`n` > 1, `logprobs`,
+//! `stop`, `tools`, `echo`, ...) are refused rather than silently dropped.
+
+use serde_json::{Map, Value};
+
+/// The four generation endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/v1/chat/completions`
+    OpenAiChat,
+    /// `/v1/completions`
+    OpenAiCompletions,
+    /// `/api/chat`
+    OllamaChat,
+    /// `/api/generate`
+    OllamaGenerate,
+}
+
+impl Endpoint {
+    pub fn is_openai(self) -> bool {
+        matches!(self, Endpoint::OpenAiChat | Endpoint::OpenAiCompletions)
+    }
+}
+
+/// Why a request is refused: the HTTP status, the field (`param`) and a one-line message that
+/// says how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub status: u16,
+    pub param: String,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn bad(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Rejection { status: 400, param: param.into(), message: message.into() }
+    }
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// What the model is asked to continue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Rendered through the checkpoint's chat template.
+    Messages(Vec<ChatMessage>),
+    /// Tokenized as it is (completions, and Ollama's `raw` generate).
+    Text(String),
+    /// Token ids as given (completions).
+    Tokens(Vec<u32>),
+}
+
+/// A generation request with every field checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationRequest {
+    pub model: String,
+    pub input: Input,
+    /// The cap on new tokens, if the client set one.
+    pub max_tokens: Option<u64>,
+    /// The field the cap came from, for messages about it.
+    pub max_tokens_field: &'static str,
+    pub stream: bool,
+    /// OpenAI `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// vLLM's `ignore_eos`: generate up to the cap whatever the model emits.
+    pub ignore_eos: bool,
+}
+
+/// Checks the declared content type: a JSON type, none at all, or (for Ollama's API, whose own
+/// documentation posts with plain `curl -d`) curl's form default. Anything else is a 415.
+pub fn check_content_type(endpoint: Endpoint, content_type: Option<&str>) -> Result<(), Rejection> {
+    let Some(declared) = content_type else { return Ok(()) };
+    let mime = declared.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let json = mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"));
+    let curl_default = !endpoint.is_openai() && mime == "application/x-www-form-urlencoded";
+    if json || curl_default {
+        Ok(())
+    } else {
+        Err(Rejection {
+            status: 415,
+            param: "content-type".into(),
+            message: format!("Content-Type `{declared}` is not JSON; send the body as application/json"),
+        })
+    }
+}
+
+/// Parses and checks a generation request body for `endpoint`.
+pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Result<GenerationRequest, Rejection> {
+    check_content_type(endpoint, content_type)?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| Rejection::bad("body", format!("body is not JSON: {e}")))?;
+    let obj = value.as_object().ok_or_else(|| Rejection::bad("body", "body must be a JSON object"))?;
+    let model = match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => return Err(Rejection::bad("model", "`model` must be the name of the served model (GET /v1/models)")),
+    };
+    match endpoint {
+        Endpoint::OpenAiChat | Endpoint::OpenAiCompletions => {
+            refuse_unsupported(obj)?;
+            let input = if endpoint == Endpoint::OpenAiChat {
+                if obj.get("prompt").is_some() {
+                    return Err(Rejection::bad("prompt", "chat completions take `messages`; send `prompt` to /v1/completions"));
+                }
+                Input::Messages(messages(obj)?)
+            } else {
+                if obj.get("messages").is_some() {
+                    return Err(Rejection::bad("messages", "completions take `prompt`; send `messages` to /v1/chat/completions"));
+                }
+                openai_prompt(obj)?
+            };
+            let (max_tokens_field, max_tokens) = match obj.get("max_completion_tokens") {
+                Some(v) if !v.is_null() => ("max_completion_tokens", v),
+                _ => ("max_tokens", obj.get("max_tokens").unwrap_or(&Value::Null)),
+            };
+            let max_tokens = optional_count(max_tokens_field, max_tokens)?;
+            let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(false);
+            let include_usage = match obj.get("stream_options") {
+                None | Some(Value::Null) => false,
+                Some(Value::Object(o)) => {
+                    optional_bool("stream_options.include_usage", o.get("include_usage"))?.unwrap_or(false)
+                }
+                Some(_) => return Err(Rejection::bad("stream_options", "`stream_options` must be an object")),
+            };
+            let ignore_eos = optional_bool("ignore_eos", obj.get("ignore_eos"))?.unwrap_or(false);
+            sampling(obj, "")?;
+            Ok(GenerationRequest { model, input, max_tokens, max_tokens_field, stream, include_usage, ignore_eos })
+        }
+        Endpoint::OllamaChat | Endpoint::OllamaGenerate => {
+            for field in ["images", "context", "template", "format", "tools"] {
+                if obj.get(field).is_some_and(|v| !is_empty(v)) {
+                    return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
+                }
+            }
+            let input = if endpoint == Endpoint::OllamaChat {
+                Input::Messages(messages(obj)?)
+            } else {
+                let prompt = match obj.get("prompt") {
+                    Some(Value::String(p)) if !p.is_empty() => p.clone(),
+                    _ => return Err(Rejection::bad("prompt", "`prompt` must be a non-empty string")),
+                };
+                let system = match obj.get("system") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(_) => return Err(Rejection::bad("system", "`system` must be a string")),
+                };
+                if optional_bool("raw", obj.get("raw"))?.unwrap_or(false) {
+                    if system.is_some() {
+                        return Err(Rejection::bad("system", "a `raw` prompt takes no `system`: put it in the prompt"));
+                    }
+                    Input::Text(prompt)
+                } else {
+                    let mut turns = Vec::new();
+                    if let Some(content) = system {
+                        turns.push(ChatMessage { role: "system".into(), content });
+                    }
+                    turns.push(ChatMessage { role: "user".into(), content: prompt });
+                    Input::Messages(turns)
+                }
+            };
+            let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(true); // Ollama streams by default
+            let max_tokens = match obj.get("options") {
+                None | Some(Value::Null) => None,
+                Some(Value::Object(options)) => {
+                    sampling(options, "options.")?;
+                    match options.get("num_predict") {
+                        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => {
+                            return Err(Rejection::bad(
+                                "options.num_predict",
+                                format!("`options.num_predict` {n}: this server needs a finite cap; give an integer >= 1"),
+                            ))
+                        }
+                        other => optional_count("options.num_predict", other.unwrap_or(&Value::Null))?,
+                    }
+                }
+                Some(_) => return Err(Rejection::bad("options", "`options` must be an object")),
+            };
+            Ok(GenerationRequest {
+                model,
+                input,
+                max_tokens,
+                max_tokens_field: "options.num_predict",
+                stream,
+                include_usage: false,
+                ignore_eos: false,
+            })
+        }
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// OpenAI fields that would change the answer in ways this server cannot honour.
+fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
+    for field in ["n", "best_of"] {
+        match obj.get(field) {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_u64() == Some(1) => {}
+            Some(_) => return Err(Rejection::bad(field, format!("`{field}` must be 1: this server returns one choice"))),
+        }
+    }
+    for field in ["logprobs", "top_logprobs", "echo", "suffix", "stop", "tools", "functions", "response_format", "logit_bias"]
+    {
+        if obj.get(field).is_some_and(|v| !is_empty(v) && v != &Value::Bool(false)) {
+            return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
+        }
+    }
+    Ok(())
+}
+
+/// Sampling settings: checked for type and range, then unused, since the server is greedy
+/// (temperature 0 whatever is asked; the artifact and `/v1/models` say so).
+fn sampling(obj: &Map<String, Value>, prefix: &str) -> Result<(), Rejection> {
+    for (field, lo, hi) in [("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)] {
+        if let Some(v) = obj.get(field).filter(|v| !v.is_null()) {
+            let ok = v.as_f64().is_some_and(|x| (lo..=hi).contains(&x));
+            if !ok {
+                return Err(Rejection::bad(format!("{prefix}{field}"), format!("`{prefix}{field}` must be a number from {lo} to {hi}")));
+            }
+        }
+    }
+    if let Some(v) = obj.get("seed").filter(|v| !v.is_null()) {
+        if v.as_i64().is_none() && v.as_u64().is_none() {
+            return Err(Rejection::bad(format!("{prefix}seed"), format!("`{prefix}seed` must be an integer")));
+        }
+    }
+    Ok(())
+}
+
+fn optional_bool(field: &str, v: Option<&Value>) -> Result<Option<bool>, Rejection> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(Rejection::bad(field, format!("`{field}` must be true or false"))),
+    }
+}
+
+/// A count of tokens: absent, or an integer >= 1 (a float, a negative number or one past u64
+/// is refused, never wrapped).
+fn optional_count(field: &str, v: &Value) -> Result<Option<u64>, Rejection> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(Rejection::bad(field, format!("`{field}` must be an integer >= 1, not {n}"))),
+        },
+        _ => Err(Rejection::bad(field, format!("`{field}` must be an integer >= 1"))),
+    }
+}
+
+/// `messages`: a non-empty array of system, user and assistant turns whose content is a string
+/// or a list of text parts.
+fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, Rejection> {
+    let list = match obj.get("messages") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        _ => return Err(Rejection::bad("messages", "`messages` must be a non-empty array of {role, content}")),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match m.get("role") {
+                Some(Value::String(r)) if ["system", "user", "assistant"].contains(&r.as_str()) => r.clone(),
+                _ => return Err(Rejection::bad(format!("messages[{i}].role"), "role must be system, user or assistant")),
+            };
+            let field = format!("messages[{i}].content");
+            let content = match m.get("content") {
+                Some(Value::String(c)) => c.clone(),
+                Some(Value::Array(parts)) => {
+                    let mut text = String::new();
+                    for (j, part) in parts.iter().enumerate() {
+                        match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                            (Some("text"), Some(t)) => text.push_str(t),
+                            _ => {
+                                return Err(Rejection::bad(
+                                    format!("{field}[{j}]"),
+                                    "only text parts ({\"type\": \"text\", \"text\": ...}) are supported",
+                                ))
+                            }
+                        }
+                    }
+                    text
+                }
+                _ => return Err(Rejection::bad(field, "content must be a string or a list of text parts")),
+            };
+            Ok(ChatMessage { role, content })
+        })
+        .collect()
+}
+
+/// A completions `prompt`: a string, or token ids, alone or as a list of one.
+fn openai_prompt(obj: &Map<String, Value>) -> Result<Input, Rejection> {
+    let one_prompt = || Rejection::bad("prompt", "this server takes one prompt per request");
+    let value = match obj.get("prompt") {
+        Some(Value::Array(items)) if items.len() == 1 && (items[0].is_string() || items[0].is_array()) => &items[0],
+        Some(Value::Array(items)) if items.iter().any(|v| v.is_string() || v.is_array()) => return Err(one_prompt()),
+        Some(v) => v,
+        None => return Err(Rejection::bad("prompt", "`prompt` must be a string or a list of token ids")),
+    };
+    match value {
+        Value::String(s) if !s.is_empty() => Ok(Input::Text(s.clone())),
+        Value::Array(ids) if !ids.is_empty() => ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                id.as_u64().and_then(|id| u32::try_from(id).ok()).ok_or_else(|| {
+                    Rejection::bad(format!("prompt[{i}]"), "a token id must be an integer from 0 to 4294967295")
+                })
+            })
+            .collect::<Result<Vec<u32>, _>>()
+            .map(Input::Tokens),
+        _ => Err(Rejection::bad("prompt", "`prompt` must be a non-empty string or a non-empty list of token ids")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(endpoint: Endpoint, body: &str) -> Rejection {
+        parse(endpoint, Some("application/json"), body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn every_rejection_names_its_field() {
+        let chat = |extra: &str| format!(r#"{{"model":"m","messages":[{{"role":"user","content":"x"}}]{extra}}}"#);
+        let cases = [
+            (chat(r#","max_tokens":18446744073709551615"#), None),
+            (chat(r#","max_tokens":18446744073709551616"#), Some("max_tokens")),
+            (chat(r#","max_tokens":-1"#), Some("max_tokens")),
+            (chat(r#","max_tokens":2.5"#), Some("max_tokens")),
+            (chat(r#","max_completion_tokens":0"#), Some("max_completion_tokens")),
+            (chat(r#","n":2"#), Some("n")),
+            (chat(r#","stop":["\n"]"#), Some("stop")),
+            (chat(r#","temperature":3"#), Some("temperature")),
+            (chat(r#","stream_options":{"include_usage":"yes"}"#), Some("stream_options.include_usage")),
+            (r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.into(), Some("messages[0].content[0]")),
+            (r#"{"model":"m","prompt":"x"}"#.into(), Some("prompt")),
+            (r#"{"messages":[]}"#.into(), Some("model")),
+        ];
+        for (body, field) in cases {
+            match (parse(Endpoint::OpenAiChat, None, body.as_bytes()), field) {
+                (Ok(r), None) => assert_eq!(r.max_tokens, Some(u64::MAX), "{body}"),
+                (Err(e), Some(field)) => assert_eq!((e.status, e.param.as_str()), (400, field), "{body}: {e:?}"),
+                (other, _) => panic!("{body}: {other:?}"),
+            }
+        }
+        let e = err(Endpoint::OllamaGenerate, r#"{"model":"m","prompt":"x","options":{"num_predict":-1}}"#);
+        assert_eq!(e.param, "options.num_predict");
+        assert!(e.message.contains("finite"), "{e:?}");
+        let e = err(Endpoint::OpenAiCompletions, r#"{"model":"m","prompt":["a","b"]}"#);
+        assert_eq!((e.param.as_str(), e.message.as_str()), ("prompt", "this server takes one prompt per request"));
+        let e = err(Endpoint::OpenAiCompletions, r#"{"model":"m","prompt":[1,-2]}"#);
+        assert_eq!(e.param, "prompt[1]");
+    }
+
+    #[test]
+    fn content_types_json_or_curls_default_for_ollama() {
+        let body = br#"{"model":"m","prompt":"hi"}"#;
+        assert!(parse(Endpoint::OllamaGenerate, Some("application/x-www-form-urlencoded"), body).is_ok());
+        assert!(parse(Endpoint::OpenAiCompletions, Some("application/json; charset=utf-8"), body).is_ok());
+        let e = parse(Endpoint::OpenAiCompletions, Some("application/x-www-form-urlencoded"), body).unwrap_err();
+        assert_eq!((e.status, e.param.as_str()), (415, "content-type"));
+        let e = parse(Endpoint::OllamaGenerate, Some("text/plain"), body).unwrap_err();
+        assert_eq!(e.status, 415);
+    }
+
+    #[test]
+    fn inputs_by_endpoint() {
+        let r = parse(Endpoint::OpenAiCompletions, None, br#"{"model":"m","prompt":[[5,6]],"max_tokens":3}"#).unwrap();
+        assert_eq!((r.input, r.max_tokens, r.stream), (Input::Tokens(vec![5, 6]), Some(3), false));
+        let r = parse(Endpoint::OllamaGenerate, None, br#"{"model":"m","prompt":"hi","system":"be brief"}"#).unwrap();
+        assert!(r.stream, "Ollama streams by default");
+        let Input::Messages(turns) = r.input else { panic!() };
+        assert_eq!(turns.iter().map(|t| t.role.as_str()).collect::<Vec<_>>(), ["system", "user"]);
+        let r = parse(Endpoint::OllamaGenerate, None, br#"{"model":"m","prompt":"hi","raw":true}"#).unwrap();
+        assert_eq!(r.input, Input::Text("hi".into()));
+    }
+}
