@@ -9,7 +9,7 @@
 //! - a decode step's cost at context 64 against 4096;
 //! - four sessions decoding in one batched step against one: aggregate tokens/s;
 //! - the scheduler's time outside forward passes per step, as a share of a step, over the seed
-//!   workload under each seed policy.
+//!   workload under each seed policy and under continuous batching.
 //!
 //! Every comparison alternates its two sides, round after round or step after step, and reports
 //! the median of the per-round ratios with their range: on a machine shared with other work the
@@ -23,7 +23,8 @@ use common::load::LoadedModel;
 use common::qwen::{Cache, WeightDtype};
 use common::resolve::{resolve, ResolveOptions};
 use common::scheduler::study::Parameters;
-use common::scheduler::{self, Job};
+use common::policy::Policy;
+use common::scheduler::{self, Job, RunConfig};
 use common::stats::percentile_sorted;
 use common::workspace::Workspace;
 use std::io::{BufRead, BufReader, Write};
@@ -280,11 +281,17 @@ fn main() {
         "batched decode step          1 stream {one} ms, 4 streams {four} ms: aggregate tokens/s per pair {ratio}x"
     );
 
+    // The scheduler's own cost under every policy: the seed's runs and continuous batching.
     let jobs: Vec<Job> = params.jobs.iter().map(|j| Job::from_spec(&model, j).unwrap()).collect();
-    for config in &params.runs {
+    let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2 };
+    for config in params.runs.iter().chain([&batched]) {
         let out = scheduler::run(&model, &jobs, *config).unwrap();
-        let steps = out.timeline.len() as f64;
-        let forward_ms: f64 = out.timeline.iter().map(|s| s.end_ms - s.start_ms).sum();
+        // A batched step is on the timeline once per job in it: count and time each step once.
+        let mut steps: Vec<(u64, u64)> =
+            out.timeline.iter().map(|s| (s.start_ms.to_bits(), s.end_ms.to_bits())).collect();
+        steps.dedup();
+        let forward_ms: f64 = steps.iter().map(|&(a, b)| f64::from_bits(b) - f64::from_bits(a)).sum();
+        let steps = steps.len() as f64;
         println!(
             "scheduler {:<10} chunk {:<4} {:>4} steps, overhead {:>7.1} us/step = {:.3}% of a step",
             config.policy.name(),

@@ -31,17 +31,17 @@ pub fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
     Ok(copy)
 }
 
-/// `src` copied into a buffer that starts on a huge page ([`on_huge_page`]), viewed with
-/// `like`'s shape.
+/// `src` copied into a buffer that starts on a huge page ([`on_huge_page`]; callers pass a
+/// huge page or more), viewed with `like`'s shape.
 fn aligned_copy<T: WithDType>(src: &[T], like: &Tensor) -> Result<Tensor> {
     on_huge_page(like.shape().clone(), like.device(), |data| data.copy_from_slice(src))
 }
 
-/// An F32 tensor of zeros whose data starts on a huge-page boundary, and so on a cache line,
-/// with its whole huge pages advised as huge. Its pages become resident as they are first
-/// written, as with `Tensor::zeros`. Why: the KV cache is read by 512-bit loads along rows of
-/// positions; from an allocation that starts off a cache line (as the allocator's large blocks
-/// do), every one of them reads two lines.
+/// An F32 tensor of zeros whose data starts on a cache line, and, when it spans a huge page or
+/// more, on a huge-page boundary with its whole huge pages advised as huge. Its pages become
+/// resident as they are first written, as with `Tensor::zeros`. Why: the KV cache is read by
+/// 512-bit loads along rows of positions; from an allocation that starts off a cache line (as the
+/// allocator's blocks may), every one of them reads two lines.
 pub fn zeros(shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
     let shape = shape.into();
     if !device.is_cpu() {
@@ -50,21 +50,29 @@ pub fn zeros(shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
     on_huge_page::<f32>(shape, device, |_| {})
 }
 
-/// A tensor of `shape` whose data starts on a huge page ([`huge_page_buffer`]), zeroed, then
-/// filled by `fill`.
+/// A tensor of `shape` whose data starts on a huge page when it is that large, on a cache line
+/// otherwise ([`aligned_buffer`]), zeroed, then filled by `fill`.
 fn on_huge_page<T: WithDType>(shape: Shape, device: &Device, fill: impl FnOnce(&mut [T])) -> Result<Tensor> {
     let len = shape.elem_count();
-    let (mut buf, offset) = huge_page_buffer::<T>(len)?;
+    let (mut buf, offset) = aligned_buffer::<T>(len)?;
     fill(&mut buf[offset..]);
     Tensor::from_vec(buf, offset + len, device)?.narrow(0, offset, len)?.reshape(shape)
 }
 
-/// A zeroed buffer for `len` values from the first huge-page boundary in it, and that boundary's
-/// index, with the whole huge pages of those values advised as huge. Allocated zeroed, so the
-/// pages before the boundary are never touched and cost no resident memory.
-fn huge_page_buffer<T: WithDType>(len: usize) -> Result<(Vec<T>, usize)> {
+/// The size of a cache line, and so of a 512-bit load.
+const CACHE_LINE: usize = 64;
+
+/// A zeroed buffer for `len` values from its first aligned boundary on, and that boundary's
+/// index: a huge-page boundary, with the whole huge pages of those values advised as huge, when
+/// the values fill at least a huge page; a cache line otherwise. Allocated zeroed, so padding
+/// before the boundary that the allocator maps fresh is never touched. A small buffer is padded
+/// by a cache line only, not a huge page: a KV cache is 48 such buffers, and the allocator hands
+/// out reused heap memory for them, which it must zero whole, padding included (measured: a
+/// qwen2.5-0.5b session's cache took 40 ms to allocate with huge-page padding).
+fn aligned_buffer<T: WithDType>(len: usize) -> Result<(Vec<T>, usize)> {
     let size = std::mem::size_of::<T>();
-    let capacity = len + HUGE_PAGE / size;
+    let boundary = if len * size >= HUGE_PAGE { HUGE_PAGE } else { CACHE_LINE };
+    let capacity = len + boundary / size;
     let layout = std::alloc::Layout::array::<T>(capacity).map_err(candle_core::Error::wrap)?;
     // SAFETY: `layout` has a non-zero size; the buffer comes from the global allocator with the
     // layout of `capacity` values of `T`, as `Vec::from_raw_parts` requires, and is fully
@@ -77,9 +85,12 @@ fn huge_page_buffer<T: WithDType>(len: usize) -> Result<(Vec<T>, usize)> {
         Vec::from_raw_parts(ptr, capacity, capacity)
     };
     let address = buf.as_ptr() as usize;
-    let offset = (address.next_multiple_of(HUGE_PAGE) - address) / size;
-    // Only whole huge pages of data: a huge page over the data's end would make its padding resident.
-    advise_huge_pages(&buf[offset..offset + len]);
+    let offset = (address.next_multiple_of(boundary) - address) / size;
+    if boundary == HUGE_PAGE {
+        // Only whole huge pages of data: a huge page over the data's end would make its padding
+        // resident.
+        advise_huge_pages(&buf[offset..offset + len]);
+    }
     buf.truncate(offset + len);
     Ok((buf, offset))
 }
@@ -136,8 +147,8 @@ mod tests {
     }
 
     #[test]
-    fn zeros_start_on_a_huge_page_at_any_size() {
-        for shape in [(1, 2, 64, 10), (1, 2, 64, 4129)] {
+    fn zeros_start_on_a_huge_page_when_they_span_one_and_on_a_cache_line_always() {
+        for (shape, huge) in [((1, 2, 64, 10), false), ((1, 2, 64, 4129), true)] {
             let t = zeros(shape, &Device::Cpu).unwrap();
             assert_eq!(t.dims(), [shape.0, shape.1, shape.2, shape.3]);
             assert_eq!(t.dtype(), DType::F32);
@@ -145,7 +156,10 @@ mod tests {
             let (storage, layout) = t.storage_and_layout();
             let Storage::Cpu(CpuStorage::F32(v)) = &*storage else { panic!("an F32 CPU tensor") };
             let first = v.as_ptr() as usize + layout.start_offset() * 4;
-            assert!(first.is_multiple_of(HUGE_PAGE), "{shape:?}: data starts on a huge page");
+            assert!(first.is_multiple_of(CACHE_LINE), "{shape:?}: data starts on a cache line");
+            if huge {
+                assert!(first.is_multiple_of(HUGE_PAGE), "{shape:?}: data starts on a huge page");
+            }
             assert_eq!(layout.contiguous_offsets().map(|(a, b)| b - a), Some(t.elem_count()));
         }
     }
