@@ -47,3 +47,13 @@ bench:
     test -x .venv-llama/bin/python || (python3 -m venv .venv-llama && .venv-llama/bin/pip install -q llama-cpp-python==0.3.36 numpy) || (rm -rf .venv-llama; echo "llama.cpp binding unavailable: its comparison is skipped")
     cargo bench -p common --bench verify --bench engine
     cargo bench -p serving-bench --bench client
+
+# The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.
+# llama-server is built from source into .llama-server once (about 10 minutes); without a
+# compiler or registry access that side is skipped and the embedded server is still measured.
+bench-serving:
+    scripts/bench-serving.sh
+
+# Property tests of the server's request validation and the client's stream parsers, 100,000 cases each.
+fuzz:
+    PROPTEST_CASES=100000 cargo test --release -p serving-bench --test fuzz

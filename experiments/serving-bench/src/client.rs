@@ -100,7 +100,14 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
     let note = |e: String| json!({"unavailable": e});
     match target.kind {
         Kind::OpenAi => {
-            let version = get_json(client, &url(&target.base_url, "/version")).await.unwrap_or_else(note);
+            let version = match get_json(client, &url(&target.base_url, "/version")).await {
+                Ok(v) => v,
+                // llama.cpp's server has no /version; it says its build under /props.
+                Err(e) => match get_json(client, &url(&target.base_url, "/props")).await {
+                    Ok(props) if props.get("build_info").is_some() => json!({"build_info": props["build_info"]}),
+                    _ => note(e),
+                },
+            };
             let models = get_json(client, &url(&target.base_url, "/v1/models")).await.unwrap_or_else(note);
             (version, models)
         }

@@ -260,7 +260,27 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let t0 = Instant::now();
     let clock = common::provenance::RunClock::start();
     let ws = Workspace::discover()?;
-    let embedded = args.target.is_empty();
+    // What to measure: each --target, where the URL `embedded` stands for the embedded server on
+    // the manifest's model; without any, the embedded server through both of its APIs.
+    let mut specs: Vec<(Kind, Option<String>)> = Vec::new();
+    for spec in &args.target {
+        let (kind, url) = spec
+            .split_once('=')
+            .with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded"))?;
+        let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
+        if url == "embedded" {
+            specs.push((kind, None));
+        } else if url.starts_with("http://") {
+            specs.push((kind, Some(url.trim_end_matches('/').to_string())));
+        } else {
+            // The client is built without TLS: the servers it measures run locally.
+            bail!("--target {spec}: the URL must start with http:// (this client speaks plain HTTP only), or be `embedded`");
+        }
+    }
+    if specs.is_empty() {
+        specs = vec![(Kind::OpenAi, None), (Kind::Ollama, None)];
+    }
+    let embedded = specs.iter().any(|(_, url)| url.is_none());
 
     // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
     let (prepared, base, manifest_record) = if embedded || args.model.manifest.is_some() {
@@ -285,48 +305,42 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let http = client::http_client(&timeouts);
 
     let mut embedded_server = None;
-    let mut targets = Vec::new();
-    if embedded {
-        let prepared = prepared.as_ref().expect("embedded runs prepare a model");
-        let name = model_name(&prepared.resolved);
+    if let (true, Some(prepared)) = (embedded, prepared.as_ref()) {
         let config = ServerConfig {
             policy: params.server_policy,
             max_active: params.server_max_active,
             chunk_size: params.server_chunk_size,
             queue: params.server_queue,
-            ..ServerConfig::new(name.clone())
+            ..ServerConfig::new(model_name(&prepared.resolved))
         };
-        let running = server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?;
-        let base_url = format!("http://{}", running.addr);
-        for kind in [Kind::OpenAi, Kind::Ollama] {
-            targets.push(Target {
+        embedded_server = Some(server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?);
+    }
+    let external = specs.iter().filter(|(_, url)| url.is_some()).count();
+    let mut targets = Vec::new();
+    for (i, (kind, url)) in specs.iter().enumerate() {
+        let target = match (url, &embedded_server, &prepared) {
+            (None, Some(running), Some(prepared)) => Target {
                 name: format!("embedded-{}", kind.name()),
-                kind,
-                base_url: base_url.clone(),
-                model: name.clone(),
-            });
-        }
-        embedded_server = Some(running);
-    } else {
-        for (i, spec) in args.target.iter().enumerate() {
-            let (kind, url) = spec
-                .split_once('=')
-                .with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000"))?;
-            let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
-            if !url.starts_with("http://") {
-                // The client is built without TLS: the servers it measures run locally.
-                bail!("--target {spec}: the URL must start with http:// (this client speaks plain HTTP only)");
+                kind: *kind,
+                base_url: format!("http://{}", running.addr),
+                model: model_name(&prepared.resolved),
+            },
+            (Some(url), _, _) => {
+                let model = match &args.model_name {
+                    Some(m) => m.clone(),
+                    None => client::discover_model(&http, *kind, url)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
+                };
+                let name = if external > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
+                Target { name, kind: *kind, base_url: url.clone(), model }
             }
-            let model = match &args.model_name {
-                Some(m) => m.clone(),
-                None => client::discover_model(&http, kind, url)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?,
-            };
-            let name =
-                if args.target.len() > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
-            targets.push(Target { name, kind, base_url: url.trim_end_matches('/').to_string(), model });
+            _ => unreachable!("an embedded target starts the embedded server"),
+        };
+        if targets.iter().any(|t: &Target| t.name == target.name) {
+            bail!("--target {}: measured twice; give each target once", args.target.get(i).map(String::as_str).unwrap_or(""));
         }
+        targets.push(target);
     }
 
     let mut versions = BTreeMap::new();
@@ -364,8 +378,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
             client::measure(&http, target, &spec, &timeouts, t0).await;
             bar.inc(1);
         }
-        for &c in &params.concurrency {
-            for round in 0..params.rounds {
+    }
+    // Targets take turns round by round: on a machine whose speed drifts by tens of percent
+    // within minutes, only measurements taken side by side compare fairly.
+    for &c in &params.concurrency {
+        for round in 0..params.rounds {
+            for target in &targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
                 let specs: Vec<Spec> = (0..c)
                     .map(|i| {
@@ -450,6 +468,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     };
     common::artifact::write_new(&path, &artifact)?;
     print_table(&artifact);
+    print_comparison(&artifact);
     println!("artifact: {}", ws.display_path(&path));
     Ok(())
 }
@@ -475,5 +494,62 @@ fn print_table(a: &ServingArtifact) {
             f(row, "decode_tps_mean", 1.0),
             f(row, "aggregate_output_tps_mean", 1.0),
         );
+    }
+}
+
+/// Median and range of `values`, as "median (min-max)".
+fn spread(values: &[f64]) -> String {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    match (common::stats::percentile_sorted(&sorted, 50.0), sorted.first(), sorted.last()) {
+        (Some(m), Some(lo), Some(hi)) => format!("{m:.3} ({lo:.3}-{hi:.3})"),
+        _ => "-".into(),
+    }
+}
+
+/// Paired ratios, round by round (the targets took turns, so each round's pair ran side by
+/// side): every target's aggregate tokens/s and TTFT median against the first target's at each
+/// concurrency, and each target's aggregate tokens/s at its highest concurrency over its lowest.
+fn print_comparison(a: &ServingArtifact) {
+    // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
+    let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
+    for r in &a.requests {
+        rounds.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r);
+    }
+    let aggregate = |t: &str, c: usize, round: usize| rounds.get(&(t, c, round)).and_then(|rs| serving::aggregate_tps(rs));
+    let ttft = |t: &str, c: usize, round: usize| {
+        let mut v: Vec<f64> = rounds.get(&(t, c, round))?.iter().filter_map(|r| r.ttft()).collect();
+        v.sort_by(f64::total_cmp);
+        common::stats::percentile_sorted(&v, 50.0)
+    };
+    let pairs = |f: &dyn Fn(usize) -> Option<(f64, f64)>| -> Vec<f64> {
+        (0..a.arguments.rounds).filter_map(f).filter(|(_, b)| *b > 0.0).map(|(x, b)| x / b).collect()
+    };
+    let Some(first) = a.runtimes.first() else { return };
+    let levels = &a.arguments.concurrency;
+    let others = &a.runtimes[1..];
+    if !others.is_empty() {
+        println!("\nper-round ratios against {} (median (min-max) over {} rounds)", first.name, a.arguments.rounds);
+        for t in others {
+            for &c in levels {
+                let tps = pairs(&|r| Some((aggregate(&t.name, c, r)?, aggregate(&first.name, c, r)?)));
+                let first_token = pairs(&|r| Some((ttft(&t.name, c, r)?, ttft(&first.name, c, r)?)));
+                println!(
+                    "  {:<18} concurrency {c:<3} aggregate tokens/s {}x, TTFT median {}x",
+                    t.name,
+                    spread(&tps),
+                    spread(&first_token)
+                );
+            }
+        }
+    }
+    if let (Some(&low), Some(&high)) = (levels.iter().min(), levels.iter().max()) {
+        if high > low {
+            println!("\naggregate tokens/s at concurrency {high} over {low}, round by round");
+            for t in &a.runtimes {
+                let scaling = pairs(&|r| Some((aggregate(&t.name, high, r)?, aggregate(&t.name, low, r)?)));
+                println!("  {:<18} {}x", t.name, spread(&scaling));
+            }
+        }
     }
 }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `just bench-serving`: the embedded server against llama.cpp's own server on the same weights,
+# measured by serving-bench in one run (same prompts, same max_tokens, greedy, the two servers
+# taking turns round by round), written as an artifact under artifacts/bench/.
+#
+# llama-server is built once from the llama.cpp sources that PyPI's llama-cpp-python sdist
+# vendors (scripts/build-llama-server.sh, into .llama-server/) and serves the F32 GGUF export of
+# the generated qwen2.5-0.5b checkpoint with 4 parallel slots (continuous batching). Without a
+# compiler or registry access that side is skipped, with the reason, and the embedded server is
+# still measured.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+manifest=manifests/serving-bench/qwen2.5-0.5b.json
+cargo build --release -p serving-bench -p common --bins
+./target/release/models generate qwen2.5-0.5b
+
+targets=(--target openai=embedded)
+server_pid=
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null; true; }
+trap cleanup EXIT
+if scripts/build-llama-server.sh; then
+  gguf=target/bench/qwen2.5-0.5b-f32.gguf
+  if [ ! -f "$gguf" ]; then
+    mkdir -p target/bench
+    ./target/release/models export-gguf qwen2.5-0.5b --type f32 --out "$gguf"
+  fi
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # 4 slots of 1024 positions each (the prompts and answers need about 110), loopback only.
+  LD_LIBRARY_PATH=.llama-server/bin .llama-server/bin/llama-server -m "$gguf" --host 127.0.0.1 --port "$port" \
+    --parallel 4 --ctx-size 4096 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 >target/bench/llama-server.log 2>&1 &
+  server_pid=$!
+  if python3 - "$port" <<'PY'
+import sys, time, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/health"
+for _ in range(600):
+    try:
+        if urllib.request.urlopen(url, timeout=2).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+PY
+  then
+    # llama-server first: every other target's ratios are taken against it.
+    targets=(--target "openai=http://127.0.0.1:$port" --target openai=embedded)
+  else
+    echo "llama-server did not come up (see target/bench/llama-server.log); measuring the embedded server alone" >&2
+    cleanup
+    server_pid=
+  fi
+else
+  echo "llama-server unavailable (see above): measuring the embedded server alone" >&2
+fi
+
+mkdir -p artifacts/bench
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+  --out "artifacts/bench/serving-$(date -u +%Y%m%dT%H%M%SZ).json"
