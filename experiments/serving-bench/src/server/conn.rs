@@ -230,21 +230,23 @@ pub(crate) async fn serve(
     while tasks.join_next().await.is_some() {}
 }
 
-/// Writes the refusal, lets the client finish sending (closing with unread data would reset the
-/// connection before the client reads the answer), and closes.
+/// Writes the refusal, reads what the client sends until it pauses (closing with unread data
+/// would reset the connection before the client reads the answer), and closes. A refusal holds
+/// its slot for a second at most, and a client that sent its request and waits for the answer
+/// for a tenth of one.
 async fn refuse(mut stream: TcpStream, max: usize) {
-    let wrote = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal(max))).await;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let wrote = tokio::time::timeout_at(deadline, stream.write_all(&refusal(max))).await;
     if matches!(wrote, Ok(Ok(()))) {
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 4096];
-        let drain = async {
-            while let Ok(n) = stream.read(&mut sink).await {
-                if n == 0 {
-                    break;
-                }
+        let pause = Duration::from_millis(100);
+        while Instant::now() < deadline {
+            match tokio::time::timeout(pause, stream.read(&mut sink)).await {
+                Ok(Ok(n)) if n > 0 => continue,
+                _ => break,
             }
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        }
     }
 }
 
