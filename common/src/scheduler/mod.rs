@@ -185,19 +185,18 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
                 None => break,
             }
         }
-        let stepped = stepper
-            .step(|job, _, outcome, times| {
-                timeline.push(TimelineStep {
-                    job: job.id.clone(),
-                    kind: outcome.kind,
-                    tokens: outcome.tokens,
-                    position: outcome.position,
-                    start_ms: since(start, times.started),
-                    end_ms: since(start, times.ended),
-                    token: outcome.token,
-                    batch: times.batch,
-                })
-            });
+        let stepped = stepper.step(|job, _, outcome, times| {
+            timeline.push(TimelineStep {
+                job: job.id.clone(),
+                kind: outcome.kind,
+                tokens: outcome.tokens,
+                position: outcome.position,
+                start_ms: since(start, times.started),
+                end_ms: since(start, times.ended),
+                token: outcome.token,
+                batch: times.batch,
+            })
+        });
         if let Some((_, _, error)) = stepped.failed.into_iter().next() {
             return Err(error);
         }

@@ -184,10 +184,7 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         ),
         ("jobs[1].prompt:", Box::new(move |m| m["parameters"]["jobs"][1]["prompt"] = long.into())),
         // The largest cap there is: added to the prompt's length it would wrap; the check must not.
-        (
-            "jobs[0].prompt:",
-            Box::new(|m| m["parameters"]["jobs"][0]["max_new_tokens"] = u64::MAX.into()),
-        ),
+        ("jobs[0].prompt:", Box::new(|m| m["parameters"]["jobs"][0]["max_new_tokens"] = u64::MAX.into())),
         ("parameters.warmup:", Box::new(|m| m["parameters"]["warmup"] = u64::MAX.into())),
         ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
     ];

@@ -264,9 +264,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
     // the manifest's model; without any, the embedded server through both of its APIs.
     let mut specs: Vec<(Kind, Option<String>)> = Vec::new();
     for spec in &args.target {
-        let (kind, url) = spec
-            .split_once('=')
-            .with_context(|| format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded"))?;
+        let (kind, url) = spec.split_once('=').with_context(|| {
+            format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
+        })?;
         let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
         if url == "embedded" {
             specs.push((kind, None));
@@ -338,7 +338,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
             _ => unreachable!("an embedded target starts the embedded server"),
         };
         if targets.iter().any(|t: &Target| t.name == target.name) {
-            bail!("--target {}: measured twice; give each target once", args.target.get(i).map(String::as_str).unwrap_or(""));
+            bail!(
+                "--target {}: measured twice; give each target once",
+                args.target.get(i).map(String::as_str).unwrap_or("")
+            );
         }
         targets.push(target);
     }
@@ -516,7 +519,8 @@ fn print_comparison(a: &ServingArtifact) {
     for r in &a.requests {
         rounds.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r);
     }
-    let aggregate = |t: &str, c: usize, round: usize| rounds.get(&(t, c, round)).and_then(|rs| serving::aggregate_tps(rs));
+    let aggregate =
+        |t: &str, c: usize, round: usize| rounds.get(&(t, c, round)).and_then(|rs| serving::aggregate_tps(rs));
     let ttft = |t: &str, c: usize, round: usize| {
         let mut v: Vec<f64> = rounds.get(&(t, c, round))?.iter().filter_map(|r| r.ttft()).collect();
         v.sort_by(f64::total_cmp);

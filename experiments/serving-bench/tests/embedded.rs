@@ -78,7 +78,10 @@ async fn bad_requests_are_400_naming_the_field_and_the_server_keeps_serving() {
         (json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}), "stream"),
         (json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}), "max_tokens"),
         // The largest u64: a sum with the prompt's length would wrap; the check must not.
-        (json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": u64::MAX}), "max_tokens"),
+        (
+            json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": u64::MAX}),
+            "max_tokens",
+        ),
         (json!({"model": "tiny", "messages": [{"role": "user", "content": "word ".repeat(1000)}]}), "body"),
     ];
     for (body, field) in cases {
@@ -90,14 +93,24 @@ async fn bad_requests_are_400_naming_the_field_and_the_server_keeps_serving() {
     let generate = json!({"model": "tiny", "prompt": "x", "options": {"num_predict": u64::MAX}});
     let (status, v) = post(&http, format!("{base}/api/generate"), &generate).await;
     assert_eq!((status, v["param"].as_str()), (400, Some("options.num_predict")), "{v}");
-    let (status, v) = post(&http, format!("{base}/api/chat"), &json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": -3}})).await;
+    let (status, v) = post(
+        &http,
+        format!("{base}/api/chat"),
+        &json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": -3}}),
+    )
+    .await;
     assert_eq!((status, v["param"].as_str()), (400, Some("options.num_predict")), "{v}");
     let completions = json!({"model": "tiny", "prompt": [1, 2, 999999], "max_tokens": 2});
     let (status, v) = post(&http, format!("{base}/v1/completions"), &completions).await;
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("prompt[2]")), "{v}");
     let r = http.post(format!("{base}/v1/chat/completions")).body("{not json").send().await.unwrap();
     assert_eq!(r.status(), 400);
-    let (status, v) = post(&http, format!("{base}/v1/chat/completions"), &json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})).await;
+    let (status, v) = post(
+        &http,
+        format!("{base}/v1/chat/completions"),
+        &json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
     assert_eq!((status, v["error"]["param"].as_str()), (404, Some("model")), "{v}");
     // A body declared as something other than JSON is a 415, on both APIs.
     for path in ["/v1/chat/completions", "/api/chat"] {
@@ -145,7 +158,8 @@ async fn complete_answers_carry_usage_counters_and_ids() {
     assert!(v["prompt_eval_duration"].as_u64().unwrap() > 0 && v["eval_duration"].as_u64().unwrap() > 0);
     let prompt = v["prompt_eval_count"].as_u64().unwrap() as usize;
     assert_eq!(v["context"].as_array().unwrap().len(), prompt + 4, "Ollama's context: prompt and answer ids");
-    let (_, v) = post(&http, format!("{base}/v1/completions"), &json!({"model": "tiny", "prompt": "Explain cache"})).await;
+    let (_, v) =
+        post(&http, format!("{base}/v1/completions"), &json!({"model": "tiny", "prompt": "Explain cache"})).await;
     assert_eq!(v["object"], "text_completion");
     assert_eq!(v["usage"]["completion_tokens"], 16, "OpenAI's default cap for completions: {v}");
     assert!(v["choices"][0]["text"].is_string());
@@ -169,12 +183,15 @@ async fn completions_stream_text_usage_and_done() {
         .collect();
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     let usage = events.iter().find(|e| !e["usage"].is_null()).expect("a usage event");
-    assert_eq!((usage["usage"]["prompt_tokens"].as_u64(), usage["usage"]["completion_tokens"].as_u64()), (Some(3), Some(6)));
+    assert_eq!(
+        (usage["usage"]["prompt_tokens"].as_u64(), usage["usage"]["completion_tokens"].as_u64()),
+        (Some(3), Some(6))
+    );
     let finish: Vec<&Value> = events.iter().filter(|e| !e["choices"][0]["finish_reason"].is_null()).collect();
     assert_eq!(finish.len(), 1);
     assert_eq!(finish[0]["choices"][0]["finish_reason"], "length");
     let texts = events.iter().filter(|e| e["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty())).count();
-    assert!(texts >= 1 && texts <= 6, "{texts} text events for 6 tokens");
+    assert!((1..=6).contains(&texts), "{texts} text events for 6 tokens");
     s.stop().await;
 }
 
@@ -233,11 +250,11 @@ async fn the_server_computes_the_schedulers_ids_under_every_policy() {
         let config = common::scheduler::RunConfig { policy, chunk_size: None, max_active: 2 };
         let outcome = common::scheduler::run(&model, &jobs, config).unwrap();
         let expected = common::scheduler::request_metrics(&outcome.timeline);
-        let running = spawn(([127, 0, 0, 1], 0).into(), model.clone(), ServerConfig {
-            policy,
-            max_active: 2,
-            ..ServerConfig::new("tiny")
-        })
+        let running = spawn(
+            ([127, 0, 0, 1], 0).into(),
+            model.clone(),
+            ServerConfig { policy, max_active: 2, ..ServerConfig::new("tiny") },
+        )
         .await
         .unwrap();
         let base = format!("http://{}", running.addr);
@@ -245,13 +262,14 @@ async fn the_server_computes_the_schedulers_ids_under_every_policy() {
         let bodies: Vec<Value> = seed
             .jobs
             .iter()
-            .map(|job| json!({"model": "tiny", "prompt": job.prompt, "stream": false,
-                              "options": {"num_predict": job.max_new_tokens}}))
+            .map(|job| {
+                json!({"model": "tiny", "prompt": job.prompt, "stream": false,
+                              "options": {"num_predict": job.max_new_tokens}})
+            })
             .collect();
-        let answers = futures_util::future::join_all(
-            bodies.iter().map(|body| post(&http, format!("{base}/api/generate"), body)),
-        )
-        .await;
+        let answers =
+            futures_util::future::join_all(bodies.iter().map(|body| post(&http, format!("{base}/api/generate"), body)))
+                .await;
         for (job, (status, answer)) in seed.jobs.iter().zip(answers) {
             assert_eq!(status, 200, "{answer}");
             let context: Vec<u32> =
@@ -353,7 +371,8 @@ async fn a_request_that_fails_in_a_step_fails_alone_and_the_engine_keeps_serving
     });
     let (s, base, _tmp) = server(|c| c.step_hook = Some(poison)).await;
     let http = reqwest::Client::new();
-    let good = json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "ignore_eos": true});
+    let good =
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "ignore_eos": true});
     let bad = json!({"model": "tiny", "prompt": [7, 7, 7, 7, 7, 7, 7], "max_tokens": 40});
     let (good, bad) = tokio::join!(post(&http, format!("{base}/v1/chat/completions"), &good), async {
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -561,7 +580,10 @@ fn serve_binds_loopback_stops_cleanly_on_ctrl_c_and_warns_off_loopback() {
     assert!(line.contains("on http://0.0.0.0:") && line.contains("policy fifo"), "{line}");
     let (status, stderr) = interrupt(child);
     assert!(status.success(), "{status:?}");
-    assert!(stderr.lines().any(|l| l.starts_with("warning: binding 0.0.0.0") && l.contains("--host 127.0.0.1")), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("warning: binding 0.0.0.0") && l.contains("--host 127.0.0.1")),
+        "{stderr}"
+    );
 }
 
 /// A tiny blocking GET for the test above (the server runs in another process).

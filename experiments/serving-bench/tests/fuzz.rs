@@ -157,7 +157,8 @@ fn sse_event() -> impl Strategy<Value = (String, Event)> {
             format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": null}]})),
             Event::Text(t)
         )),
-        ".{1,16}".prop_map(|t| (format!("data: {}\n\n", json!({"choices": [{"index": 0, "text": t}]})), Event::Text(t))),
+        ".{1,16}"
+            .prop_map(|t| (format!("data: {}\n\n", json!({"choices": [{"index": 0, "text": t}]})), Event::Text(t))),
         Just((": keep-alive\n\n".to_string(), Event::NoText)),
         (0u64..1_000_000, 0u64..1_000_000).prop_map(|(p, c)| (
             format!("data: {}\r\n\r\n", json!({"choices": [], "usage": {"prompt_tokens": p, "completion_tokens": c}})),
@@ -166,31 +167,35 @@ fn sse_event() -> impl Strategy<Value = (String, Event)> {
     ]
 }
 
-fn parse_sse(bytes: &[u8], cuts: &[usize]) -> Vec<Event> {
-    let mut parser = SseParser::default();
+/// Feeds `bytes` to a parser in the pieces `cuts` (ascending) makes, then ends the stream.
+fn in_pieces(
+    bytes: &[u8],
+    cuts: &[usize],
+    mut feed: impl FnMut(&[u8], &mut Vec<Event>),
+    finish: impl FnOnce(&mut Vec<Event>),
+) -> Vec<Event> {
     let mut out = Vec::new();
     let mut from = 0;
     for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
         let cut = cut.clamp(from, bytes.len());
-        parser.feed(&bytes[from..cut], &mut out);
+        feed(&bytes[from..cut], &mut out);
         from = cut;
     }
-    parser.finish(&mut out);
+    finish(&mut out);
+    out
+}
+
+fn parse_sse(bytes: &[u8], cuts: &[usize]) -> Vec<Event> {
+    let parser = std::cell::RefCell::new(SseParser::default());
+    let mut out =
+        in_pieces(bytes, cuts, |b, out| parser.borrow_mut().feed(b, out), |out| parser.borrow_mut().finish(out));
     out.retain(|e| *e != Event::NoText); // comments make no event
     out
 }
 
 fn parse_ndjson(bytes: &[u8], cuts: &[usize]) -> Vec<Event> {
-    let mut parser = NdjsonParser::default();
-    let mut out = Vec::new();
-    let mut from = 0;
-    for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
-        let cut = cut.clamp(from, bytes.len());
-        parser.feed(&bytes[from..cut], &mut out);
-        from = cut;
-    }
-    parser.finish(&mut out);
-    out
+    let parser = std::cell::RefCell::new(NdjsonParser::default());
+    in_pieces(bytes, cuts, |b, out| parser.borrow_mut().feed(b, out), |out| parser.borrow_mut().finish(out))
 }
 
 proptest! {

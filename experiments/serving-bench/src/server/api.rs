@@ -24,13 +24,15 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 pub(super) fn router(state: Arc<AppState>) -> Router {
+    let openai_at = |endpoint| move |state, headers, body| openai(state, headers, body, endpoint);
+    let ollama_at = |endpoint| move |state, headers, body| ollama(state, headers, body, endpoint);
     Router::new()
-        .route("/v1/chat/completions", post(openai_chat))
-        .route("/v1/completions", post(openai_completions))
+        .route("/v1/chat/completions", post(openai_at(Endpoint::OpenAiChat)))
+        .route("/v1/completions", post(openai_at(Endpoint::OpenAiCompletions)))
         .route("/v1/models", get(openai_models))
         .route("/version", get(version))
-        .route("/api/chat", post(ollama_chat))
-        .route("/api/generate", post(ollama_generate))
+        .route("/api/chat", post(ollama_at(Endpoint::OllamaChat)))
+        .route("/api/generate", post(ollama_at(Endpoint::OllamaGenerate)))
         .route("/api/version", get(version))
         .route("/api/tags", get(ollama_tags))
         .route("/api/show", post(ollama_show))
@@ -258,25 +260,14 @@ fn sse_error(message: &str) -> Bytes {
     sse(&json!({"error": {"message": message, "type": "server_error", "code": 500}}))
 }
 
-async fn openai_chat(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    openai(state, headers, body, Endpoint::OpenAiChat).await
-}
-
-async fn openai_completions(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    openai(state, headers, body, Endpoint::OpenAiCompletions).await
-}
-
 async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body, endpoint: Endpoint) -> Response {
     let (prepared, mut rx) = match accept(&state, endpoint, &headers, body).await {
         Ok(accepted) => accepted,
         Err(e) => return e,
     };
     let chat = endpoint == Endpoint::OpenAiChat;
-    let (id, object) = if chat {
-        (response_id("chatcmpl"), "chat.completion")
-    } else {
-        (response_id("cmpl"), "text_completion")
-    };
+    let (id, object) =
+        if chat { (response_id("chatcmpl"), "chat.completion") } else { (response_id("cmpl"), "text_completion") };
     let model = state.config.model_name.clone();
     let created = now_secs();
     if !prepared.request.stream {
@@ -326,14 +317,6 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         Event::Error(e) => vec![sse_error(&e)],
     });
     streaming("text/event-stream", body)
-}
-
-async fn ollama_chat(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    ollama(state, headers, body, Endpoint::OllamaChat).await
-}
-
-async fn ollama_generate(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    ollama(state, headers, body, Endpoint::OllamaGenerate).await
 }
 
 async fn ollama(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body, endpoint: Endpoint) -> Response {

@@ -3,14 +3,14 @@
 //! `/api/version`, `/api/show`, `/api/tags`) over the project's engine, streaming each token
 //! when the engine makes it.
 //!
-//! - [`engine`]: one thread owns all computation and runs the stepping loop the scheduler study
+//! - `engine`: one thread owns all computation and runs the stepping loop the scheduler study
 //!   uses, under a policy (continuous batching by default); requests that arrive mid-flight join
 //!   the running batch.
-//! - [`api`]: the handlers only validate ([`request`]), tokenize, queue (bounded: a full queue is
+//! - `api`: the handlers only validate ([`request`]), tokenize, queue (bounded: a full queue is
 //!   a 503 with Retry-After at once) and relay the engine's events. A client that goes away
 //!   closes its event channel, and the engine drops its session (and KV cache) before the next
 //!   step.
-//! - [`conn`]: connections, with TCP_NODELAY, a bound, and header and idle timeouts.
+//! - `conn`: connections, with TCP_NODELAY, a bound, and header and idle timeouts.
 
 mod api;
 mod conn;
@@ -121,7 +121,8 @@ pub async fn spawn(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let max_connections = fit_to_file_limit(config.max_connections.max(1));
-    let limits = conn::Limits { max_connections, header_timeout: config.header_timeout, idle_timeout: config.idle_timeout };
+    let limits =
+        conn::Limits { max_connections, header_timeout: config.header_timeout, idle_timeout: config.idle_timeout };
     let (jobs_tx, jobs_rx) = mpsc::channel(config.queue.max(1));
     let engine = Arc::new(EngineState::default());
     let settings = Settings {

@@ -109,12 +109,18 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
             refuse_unsupported(obj)?;
             let input = if endpoint == Endpoint::OpenAiChat {
                 if obj.get("prompt").is_some() {
-                    return Err(Rejection::bad("prompt", "chat completions take `messages`; send `prompt` to /v1/completions"));
+                    return Err(Rejection::bad(
+                        "prompt",
+                        "chat completions take `messages`; send `prompt` to /v1/completions",
+                    ));
                 }
                 Input::Messages(messages(obj)?)
             } else {
                 if obj.get("messages").is_some() {
-                    return Err(Rejection::bad("messages", "completions take `prompt`; send `messages` to /v1/chat/completions"));
+                    return Err(Rejection::bad(
+                        "messages",
+                        "completions take `prompt`; send `messages` to /v1/chat/completions",
+                    ));
                 }
                 openai_prompt(obj)?
             };
@@ -138,7 +144,10 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
         Endpoint::OllamaChat | Endpoint::OllamaGenerate => {
             for field in ["images", "context", "template", "format", "tools"] {
                 if obj.get(field).is_some_and(|v| !is_empty(v)) {
-                    return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
+                    return Err(Rejection::bad(
+                        field,
+                        format!("`{field}` is not supported by this server; leave it out"),
+                    ));
                 }
             }
             let input = if endpoint == Endpoint::OllamaChat {
@@ -168,22 +177,23 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 }
             };
             let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(true); // Ollama streams by default
-            let max_tokens = match obj.get("options") {
-                None | Some(Value::Null) => None,
-                Some(Value::Object(options)) => {
-                    sampling(options, "options.")?;
-                    match options.get("num_predict") {
-                        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => {
-                            return Err(Rejection::bad(
+            let max_tokens =
+                match obj.get("options") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Object(options)) => {
+                        sampling(options, "options.")?;
+                        match options.get("num_predict") {
+                            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => return Err(Rejection::bad(
                                 "options.num_predict",
-                                format!("`options.num_predict` {n}: this server needs a finite cap; give an integer >= 1"),
-                            ))
+                                format!(
+                                    "`options.num_predict` {n}: this server needs a finite cap; give an integer >= 1"
+                                ),
+                            )),
+                            other => optional_count("options.num_predict", other.unwrap_or(&Value::Null))?,
                         }
-                        other => optional_count("options.num_predict", other.unwrap_or(&Value::Null))?,
                     }
-                }
-                Some(_) => return Err(Rejection::bad("options", "`options` must be an object")),
-            };
+                    Some(_) => return Err(Rejection::bad("options", "`options` must be an object")),
+                };
             Ok(GenerationRequest {
                 model,
                 input,
@@ -213,10 +223,13 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
         match obj.get(field) {
             None | Some(Value::Null) => {}
             Some(v) if v.as_u64() == Some(1) => {}
-            Some(_) => return Err(Rejection::bad(field, format!("`{field}` must be 1: this server returns one choice"))),
+            Some(_) => {
+                return Err(Rejection::bad(field, format!("`{field}` must be 1: this server returns one choice")))
+            }
         }
     }
-    for field in ["logprobs", "top_logprobs", "echo", "suffix", "stop", "tools", "functions", "response_format", "logit_bias"]
+    for field in
+        ["logprobs", "top_logprobs", "echo", "suffix", "stop", "tools", "functions", "response_format", "logit_bias"]
     {
         if obj.get(field).is_some_and(|v| !is_empty(v) && v != &Value::Bool(false)) {
             return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
@@ -232,7 +245,10 @@ fn sampling(obj: &Map<String, Value>, prefix: &str) -> Result<(), Rejection> {
         if let Some(v) = obj.get(field).filter(|v| !v.is_null()) {
             let ok = v.as_f64().is_some_and(|x| (lo..=hi).contains(&x));
             if !ok {
-                return Err(Rejection::bad(format!("{prefix}{field}"), format!("`{prefix}{field}` must be a number from {lo} to {hi}")));
+                return Err(Rejection::bad(
+                    format!("{prefix}{field}"),
+                    format!("`{prefix}{field}` must be a number from {lo} to {hi}"),
+                ));
             }
         }
     }
@@ -277,7 +293,9 @@ fn messages(obj: &Map<String, Value>) -> Result<Vec<ChatMessage>, Rejection> {
         .map(|(i, m)| {
             let role = match m.get("role") {
                 Some(Value::String(r)) if ["system", "user", "assistant"].contains(&r.as_str()) => r.clone(),
-                _ => return Err(Rejection::bad(format!("messages[{i}].role"), "role must be system, user or assistant")),
+                _ => {
+                    return Err(Rejection::bad(format!("messages[{i}].role"), "role must be system, user or assistant"))
+                }
             };
             let field = format!("messages[{i}].content");
             let content = match m.get("content") {
@@ -350,7 +368,10 @@ mod tests {
             (chat(r#","stop":["\n"]"#), Some("stop")),
             (chat(r#","temperature":3"#), Some("temperature")),
             (chat(r#","stream_options":{"include_usage":"yes"}"#), Some("stream_options.include_usage")),
-            (r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.into(), Some("messages[0].content[0]")),
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.into(),
+                Some("messages[0].content[0]"),
+            ),
             (r#"{"model":"m","prompt":"x"}"#.into(), Some("prompt")),
             (r#"{"messages":[]}"#.into(), Some("model")),
         ];
