@@ -98,8 +98,9 @@ fn seconds(s: &str) -> Result<f64, String> {
 struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable). Without it, the
-    /// embedded server on the manifest's model is measured through both APIs.
+    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable; targets take turns
+    /// round by round, and each is compared with the first). URL `embedded` is the embedded
+    /// server on the manifest's model. Without any, the embedded server through both APIs.
     #[arg(long, value_name = "KIND=URL")]
     target: Vec<String>,
     /// Model name to request [default: the first model each server lists].

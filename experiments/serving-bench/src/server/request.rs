@@ -239,7 +239,7 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
 }
 
 /// Sampling settings: checked for type and range, then unused, since the server is greedy
-/// (temperature 0 whatever is asked; the artifact and `/v1/models` say so).
+/// (temperature 0 whatever is asked, as the README says).
 fn sampling(obj: &Map<String, Value>, prefix: &str) -> Result<(), Rejection> {
     for (field, lo, hi) in [("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)] {
         if let Some(v) = obj.get(field).filter(|v| !v.is_null()) {
