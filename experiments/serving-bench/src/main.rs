@@ -383,10 +383,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
             bar.inc(1);
         }
     }
-    // Targets take turns round by round: on a machine whose speed drifts by tens of percent
-    // within minutes, only measurements taken side by side compare fairly.
-    for &c in &params.concurrency {
-        for round in 0..params.rounds {
+    // Targets and concurrency levels take turns round by round: on a machine whose speed drifts
+    // by tens of percent within minutes, only measurements taken side by side compare fairly,
+    // whether two servers or one server's scaling from one level to the next.
+    for round in 0..params.rounds {
+        for &c in &params.concurrency {
             for target in &targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
                 let specs: Vec<Spec> = (0..c)
@@ -511,9 +512,10 @@ fn spread(values: &[f64]) -> String {
     }
 }
 
-/// Paired ratios, round by round (the targets took turns, so each round's pair ran side by
-/// side): every target's aggregate tokens/s and TTFT median against the first target's at each
-/// concurrency, and each target's aggregate tokens/s at its highest concurrency over its lowest.
+/// Paired ratios, round by round (targets and levels took turns, so each round's pair ran side
+/// by side): every target's aggregate tokens/s and TTFT median against the first target's at
+/// each concurrency, and each target's aggregate tokens/s at its highest concurrency over its
+/// lowest.
 fn print_comparison(a: &ServingArtifact) {
     // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
     let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
