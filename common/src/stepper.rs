@@ -74,10 +74,6 @@ impl<T> Stepper<T> {
         self.active.is_empty()
     }
 
-    pub fn len(&self) -> usize {
-        self.active.len()
-    }
-
     /// Admits a request; it takes part in the next step its policy gives it. With no room (the
     /// driver checks [`Stepper::has_room`]) it still joins: the bound is the driver's to keep.
     pub fn admit(&mut self, tag: T, session: Session) {

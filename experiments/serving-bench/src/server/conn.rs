@@ -46,7 +46,7 @@ pub struct ConnectionState {
 }
 
 /// Where a connection is between requests.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     /// Waiting for (or reading) a request head since then.
     Head(Instant),
@@ -63,11 +63,16 @@ struct Activity {
 }
 
 impl Activity {
+    /// Moves to the phase `f` gives; wakes the watchdog only when that is a change (a socket
+    /// read inside a request changes nothing).
     fn update(&self, f: impl FnOnce(Phase) -> Phase) {
         let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        *phase = f(*phase);
-        drop(phase);
-        self.changed.notify_one();
+        let next = f(*phase);
+        if next != *phase {
+            *phase = next;
+            drop(phase);
+            self.changed.notify_one();
+        }
     }
 
     /// When the phase's timeout runs out, if it has one.
