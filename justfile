@@ -22,23 +22,23 @@ test:
 
 # Audit artifacts against their manifests (default: all of artifacts/); `--external FILE` reads a seed.
 audit *ARGS:
-    cargo run --release -q -p common --bin audit -- {{ARGS}}
+    cargo run --release -q -p tools --bin audit -- {{ARGS}}
 
 # Rewrite a manifest's expectations from a fresh artifact, showing the change: `just pin ARTIFACT`.
 pin ARTIFACT:
-    cargo run --release -q -p common --bin audit -- --update {{ARTIFACT}}
+    cargo run --release -q -p tools --bin audit -- --update {{ARTIFACT}}
 
 # Render artifacts into SVG/PNG charts and a Markdown page (default: newest per manifest, into artifacts/reports/).
 report *ARGS:
-    cargo run --release -q -p report -- {{ARGS}}
+    cargo run --release -q -p tools --bin report -- {{ARGS}}
 
 # Pinned models and their state; `just models generate|verify|fetch|pin ...` (see `--help`).
 models *ARGS:
-    cargo run --release -q -p common --bin models -- {{ARGS}}
+    cargo run --release -q -p tools --bin models -- {{ARGS}}
 
 # Scaffold a new experiment crate under experiments/ and its manifest.
 new-experiment NAME:
-    cargo run --release -q -p common --bin new-experiment -- {{NAME}}
+    cargo run --release -q -p tools --bin new-experiment -- {{NAME}}
 
 # Benchmarks: checkpoint verification vs plain reading, engine vs stock candle and llama.cpp, scheduler overhead, serving client.
 # llama.cpp's Python binding is built from source into .venv-llama once (about 8 minutes);

@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# Proves that `new-experiment` scaffolds a crate that builds and runs as is: scaffolds `demo`
-# in a temporary copy of the workspace, runs it on the tiny generated model, and checks that
-# it wrote an artifact with a provenance block. Reuses this checkout's target/ for speed.
+# Proves that adding an experiment is one crate and one registry line: in a temporary copy of the
+# workspace, `new-experiment demo` scaffolds the crate and registers it, touching nothing else;
+# the crate runs on the tiny generated model and writes an artifact that the audit (which knows
+# it only through the registry) passes. Reuses this checkout's target/ for speed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# Every workspace member but the experiments (the copy must start without any).
-cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/common" "$root/report" "$tmp/"
-mkdir -p "$tmp/experiments" "$tmp/manifests/models"
-cp "$root/manifests/models/tiny.json" "$tmp/manifests/models/"
+cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "$root/manifests" "$root/schemas" "$tmp/"
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
 cd "$tmp"
-# The copy has no experiment yet (cargo would reject its `experiments/*` member glob), so use
-# the new-experiment binary `cargo test` just built.
+git init -q && git add -A && git -c user.name=check -c user.email=check@localhost commit -qm before
 "$root/target/debug/new-experiment" demo
 if "$root/target/debug/new-experiment" demo 2>/dev/null; then
   echo "check-scaffold: scaffolding an existing name should fail" >&2; exit 1
 fi
+changed=$(git status --porcelain | awk '{print $2}' | sort | tr '\n' ' ')
+expected="crates/tools/Cargo.toml crates/tools/src/registry.rs experiments/demo/ manifests/demo/ "
+[ "$changed" = "$expected" ] || { echo "check-scaffold: new-experiment changed [$changed], expected [$expected]" >&2; exit 1; }
 out=$(cargo run -q -p demo -- --offline)
 echo "$out"
 artifact=$(sed -n 's/^artifact: //p' <<<"$out")
 [ -f "$artifact" ] || { echo "check-scaffold: no artifact written" >&2; exit 1; }
-grep -q '"source"' "$artifact" && grep -q '"manifest"' "$artifact" || { echo "check-scaffold: artifact lacks provenance" >&2; exit 1; }
+UPDATE_SCHEMAS=1 cargo test -q -p tools --test schemas >/dev/null
+cargo run -q -p tools --bin audit -- "$artifact"
+cargo run -q -p tools --bin report -- "$artifact" --out "$tmp/report" >/dev/null
+[ -s "$tmp/report/report.md" ] && grep -q "demo" "$tmp/report/report.md" || { echo "check-scaffold: no report section" >&2; exit 1; }
 echo "check-scaffold: 1 passed, 0 failed"

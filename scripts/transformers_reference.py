@@ -8,7 +8,7 @@ engine's ids with the JSON this writes, for every policy and chunk size.
     just models generate tiny
     /tmp/ref/bin/python scripts/transformers_reference.py \
         --model-dir .models/generated/tiny --manifest manifests/scheduler/tiny.json \
-        --out common/tests/data/transformers-reference-tiny.json
+        --out crates/common/tests/data/transformers-reference-tiny.json
 """
 
 import argparse

@@ -5,41 +5,16 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use common::experiment::{prepare, ModelArgs};
-use common::policy::Policy;
+use common::experiment::prepare;
 use common::qwen::WeightDtype;
-use common::scheduler::study::{
+use common::schedule::{self, request_metrics, Job};
+use scheduler::cli::Args;
+use scheduler::study::{
     compare_ids, consistency, output_tokens_per_s, run_ids, summarize_runs, summarize_throughput, Checks, Environment,
     Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
 };
-use common::scheduler::{self, request_metrics, Job, RunConfig};
-use serde_json::json;
 
-#[derive(Parser, Debug)]
-#[command(about = "Scheduler study: serial and batched policies over per-request KV caches, timed step by step")]
-struct Args {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Policies to run (repeatable): fifo, interleave, batched. With --chunk-size, every policy
-    /// runs with every chunk size. [default: the manifest's runs]
-    #[arg(long, value_parser = Policy::parse)]
-    policy: Vec<Policy>,
-    /// Prefill chunk sizes in tokens (repeatable, >= 1) for the --policy runs; for batched, the
-    /// step's token budget (decodes included).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    chunk_size: Vec<u64>,
-    /// Requests admitted at once, for every run [default: the manifest's].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    max_active: Option<u64>,
-    /// Measured repetitions of every run [default: the manifest's].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    rounds: Option<u64>,
-    /// Unrecorded repetitions before the measured ones [default: the manifest's].
-    #[arg(long)]
-    warmup: Option<u64>,
-}
-
-const EXPERIMENT: &str = "scheduler";
+use scheduler::EXPERIMENT;
 
 fn main() {
     common::init_tracing();
@@ -52,41 +27,13 @@ fn main() {
     }
 }
 
-/// Applies the command-line overrides to the manifest's parameters.
-fn effective(args: &Args, base: &Parameters) -> Parameters {
-    let mut p = base.clone();
-    if !args.policy.is_empty() || !args.chunk_size.is_empty() {
-        let policies = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
-        let chunks: Vec<Option<usize>> = if args.chunk_size.is_empty() {
-            vec![None]
-        } else {
-            args.chunk_size.iter().map(|c| Some(*c as usize)).collect()
-        };
-        let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
-        p.runs = policies
-            .iter()
-            .flat_map(|&policy| chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active }))
-            .collect();
-    }
-    if let Some(m) = args.max_active {
-        p.runs.iter_mut().for_each(|r| r.max_active = m as usize);
-    }
-    if let Some(r) = args.rounds {
-        p.rounds = r as usize;
-    }
-    if let Some(w) = args.warmup {
-        p.warmup = w as usize;
-    }
-    p
-}
-
 fn run(args: Args) -> Result<i32> {
     let prepared = prepare::<Parameters, Expectations>(EXPERIMENT, &args.model)?;
     let (base, expectations) = match &prepared.manifest {
         Some(m) => (m.manifest.parameters.clone(), m.manifest.expectations.clone()),
         None => (Parameters::seed(), None),
     };
-    let params = effective(&args, &base);
+    let params = args.effective(&base);
     if let Err(problem) = params.validate() {
         let origin = prepared.manifest.as_ref().map(|m| m.record.path.clone()).unwrap_or_else(|| "parameters".into());
         bail!("{origin}: {problem}");
@@ -129,7 +76,7 @@ fn run(args: Args) -> Result<i32> {
                 config.max_active,
                 if warm { " (warmup)" } else { "" }
             );
-            let outcome = scheduler::run(model, &jobs, *config)?;
+            let outcome = schedule::run(model, &jobs, *config)?;
             if warm {
                 continue;
             }
@@ -183,15 +130,7 @@ fn run(args: Args) -> Result<i32> {
     };
 
     let facts = common::build_facts!();
-    let provenance = prepared.provenance(
-        facts,
-        json!({
-            "policy": args.policy.iter().map(|p| p.name()).collect::<Vec<_>>(),
-            "chunk_size": args.chunk_size, "max_active": args.max_active,
-            "rounds": args.rounds, "warmup": args.warmup, "model": args.model,
-        }),
-        serde_json::to_value(&params)?,
-    );
+    let provenance = prepared.provenance(facts, args.requested(), serde_json::to_value(&params)?);
     let pin = prepared.resolved.pin.as_ref();
     let artifact = SchedulerArtifact {
         execution_mode:

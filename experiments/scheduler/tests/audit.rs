@@ -2,12 +2,13 @@
 //! manifests can be changed: fresh is ok, changed code or manifest is stale, any hand edit is
 //! wrong and named, and pinning takes expectations from a fresh artifact.
 
+use audit::{Audit, Verdict};
 use common::artifact::read_artifact;
 use common::artifact::{seal, SEAL_KEY};
-use common::audit::{audit_artifact, pin_from_artifact, Report, Verdict};
+use common::finding::Report;
 use common::qwen::WeightDtype;
-use common::scheduler::study::SchedulerArtifact;
 use common::workspace::Workspace;
+use scheduler::study::SchedulerArtifact;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +24,7 @@ fn scratch() -> Scratch {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("ws");
     std::fs::create_dir_all(root.join("experiments")).unwrap();
-    for item in ["Cargo.toml", "Cargo.lock", "common", "manifests", "schemas", "experiments/scheduler"] {
+    for item in ["Cargo.toml", "Cargo.lock", "crates", "manifests", "schemas", "experiments/scheduler"] {
         let status = Command::new("cp").arg("-r").arg(real.join(item)).arg(root.join(item)).status().unwrap();
         assert!(status.success(), "copying {item}");
     }
@@ -48,7 +49,7 @@ impl Scratch {
     }
 
     fn audit(&self, path: &Path) -> Report {
-        audit_artifact(&self.ws, path)
+        Audit { ws: &self.ws, experiments: &[&scheduler::Scheduler] }.audit_artifact(path)
     }
 }
 
@@ -134,7 +135,7 @@ fn changed_code_or_manifest_makes_an_artifact_stale_not_wrong() {
     let path = s.run(&["--rounds", "3", "--warmup", "1"]);
     assert_eq!(s.audit(&path).verdict, Verdict::Ok);
 
-    let lib = s.ws.root.join("common/src/stats.rs");
+    let lib = s.ws.root.join("crates/records/src/stats.rs");
     let original = std::fs::read_to_string(&lib).unwrap();
     std::fs::write(&lib, format!("{original}\n// a change\n")).unwrap();
     let r = s.audit(&path);
@@ -152,11 +153,37 @@ fn changed_code_or_manifest_makes_an_artifact_stale_not_wrong() {
 }
 
 #[test]
-fn parameters_other_than_the_manifests_are_wrong() {
+fn a_custom_run_is_filed_apart_and_held_to_its_invariants_and_its_command_line() {
     let s = scratch();
     let path = s.run(&["--rounds", "1", "--warmup", "0"]);
+    // Written beside the manifest's own runs, not among them; ok, with a note saying why the
+    // manifest's expectations were not applied.
+    assert!(path.parent().unwrap().ends_with("artifacts/scheduler/tiny+custom"), "{}", path.display());
     let r = s.audit(&path);
-    assert_wrong(&r, "parameters.rounds");
+    assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
+    assert!(
+        r.findings.iter().any(|f| f.check == "parameters" && f.message.contains("custom run")),
+        "{:#?}",
+        r.findings
+    );
+    // Moved among the manifest's own artifacts, it is wrong.
+    let own = s.ws.root.join("artifacts/scheduler/tiny");
+    std::fs::create_dir_all(&own).unwrap();
+    let moved = own.join(path.file_name().unwrap());
+    std::fs::copy(&path, &moved).unwrap();
+    assert_wrong(&s.audit(&moved), "parameters.rounds");
+    // Its argv edited to claim other settings, or its parameters edited (resealed), it is wrong.
+    let argv = edit(&path, &|v: &mut Value| v["provenance"]["argv"] = json!(["scheduler", "--rounds", "4"]), true);
+    assert_wrong(&s.audit(&argv), "provenance.argv");
+    let params = edit(
+        &path,
+        &|v: &mut Value| {
+            v["parameters"]["rounds"] = json!(2);
+            v["provenance"]["settings"]["effective"]["rounds"] = json!(2);
+        },
+        true,
+    );
+    assert_wrong(&s.audit(&params), "parameters.rounds");
 }
 
 #[test]
@@ -167,14 +194,16 @@ fn pinning_takes_expectations_from_a_fresh_artifact() {
     m["expectations"] = json!({"output_ids": {"interactive-a": [1, 2, 3]}, "predecessor": null});
     std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
 
-    let path = s.run(&["--rounds", "3", "--warmup", "1"]);
+    // Pinned from a run of the manifest as it is (a custom run is refused, below).
+    let path = s.run(&[]);
     let r = s.audit(&path);
     assert_wrong(&r, "runs[0].requests");
     assert!(r.findings.iter().any(|f| f.check == "expectations"));
 
-    let (manifest_path, old, new) = pin_from_artifact(&s.ws, &path).unwrap();
+    let (manifest_path, old, new) =
+        Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&path).unwrap();
     assert_eq!(manifest_path, manifest);
-    let diff = common::audit::line_diff(&old, &new);
+    let diff = audit::line_diff(&old, &new);
     assert!(diff.iter().any(|l| l.starts_with("+ ") && l.contains("source_sha256")), "{diff:?}");
     common::artifact::write_replace(&manifest, new.as_bytes()).unwrap();
     // The pinned manifest matches the next honest run.
@@ -183,7 +212,11 @@ fn pinning_takes_expectations_from_a_fresh_artifact() {
     assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
     // An artifact that is wrong for another reason is never pinned from.
     let tampered = edit(&next, |v| v["runs"][0]["elapsed_ms"] = json!(0.0), false);
-    assert!(pin_from_artifact(&s.ws, &tampered).is_err());
+    assert!(Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&tampered).is_err());
+    // Nor from a custom run: its ids answer other parameters than the manifest's.
+    let custom = s.run(&["--rounds", "1"]);
+    let refused = Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&custom);
+    assert!(refused.unwrap_err().contains("custom run"));
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! refuses, and what it never records.
 
 use common::policy::Policy;
-use common::scheduler::study::{consistency, run_invariants, SchedulerArtifact};
-use common::scheduler::RunConfig;
+use common::schedule::RunConfig;
+use scheduler::study::{consistency, run_invariants, SchedulerArtifact};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -97,7 +97,9 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
 
     // Provenance: the code that made it, as the audit will recompute it, and the manifest.
     let p = &a.provenance;
-    let current = source_hash::hash_sources(&root(), &source_hash::hashed_roots("experiments/scheduler")).unwrap();
+    let current =
+        source_hash::hash_sources(&root(), &source_hash::hashed_roots(&root(), "experiments/scheduler").unwrap())
+            .unwrap();
     assert_eq!(p.source.sha256, current.sha256);
     assert_eq!(a.source_sha256, current.sha256);
     let manifest = p.manifest.as_ref().unwrap();
@@ -146,22 +148,54 @@ fn model_dir_without_manifest_runs_unpinned_and_records_digests() {
     assert_eq!((a.runs[0].policy.name(), a.runs[0].chunk_size), ("interleave", Some(7)));
 }
 
-/// Writes a variant of the tiny manifest with `edit` applied and runs it; returns the outcome
-/// and whether any artifact appeared.
+/// Writes a variant of the tiny manifest with `edit` applied into a scratch workspace (a
+/// manifest is recorded by its path in the workspace, so it must lie in one) and runs it there;
+/// returns the outcome and whether any artifact appeared.
 fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, bool) {
     let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    std::fs::create_dir_all(ws.join("manifests/models")).unwrap();
+    std::fs::create_dir_all(ws.join("manifests/scheduler")).unwrap();
+    std::fs::copy(root().join("Cargo.lock"), ws.join("Cargo.lock")).unwrap();
+    std::fs::copy(root().join("manifests/models/tiny.json"), ws.join("manifests/models/tiny.json")).unwrap();
     let mut manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root().join("manifests/scheduler/tiny.json")).unwrap()).unwrap();
     edit(&mut manifest);
-    let path = tmp.path().join("edited.json");
+    let path = ws.join("manifests/scheduler/edited.json");
     std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
-    let out = tmp.path().join("out.json");
-    let o = scheduler(
-        &tmp.path().join("models"),
-        &["--manifest", path.to_str().unwrap(), "--out", out.to_str().unwrap()],
-        &[],
-    );
+    let out = ws.join("out.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .current_dir(ws)
+        .env("LAB_MODELS_DIR", ws.join("models"))
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["--manifest", "manifests/scheduler/edited.json", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
     (o, out.exists())
+}
+
+#[test]
+fn a_manifest_is_recorded_by_its_workspace_path_from_any_folder_and_one_outside_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    // From a subfolder, with a relative path: recorded relative to the root all the same.
+    let out = tmp.path().join("sub.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .current_dir(root().join("experiments"))
+        .env("LAB_MODELS_DIR", &models)
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["--manifest", "../manifests/scheduler/tiny.json", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, a) = read(&out);
+    assert_eq!(a.provenance.manifest.unwrap().path, "manifests/scheduler/tiny.json");
+    // A manifest outside the workspace cannot be found again by the audit: refused up front.
+    let outside = tmp.path().join("tiny.json");
+    std::fs::copy(root().join("manifests/scheduler/tiny.json"), &outside).unwrap();
+    let o = scheduler(&models, &["--manifest", outside.to_str().unwrap()], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is outside the workspace"), "{}", stderr(&o));
 }
 
 #[test]
@@ -227,9 +261,9 @@ fn an_existing_out_file_is_never_overwritten() {
 
 #[test]
 fn default_manifests_carry_the_seed_workload() {
-    let seed = common::scheduler::study::Parameters::seed();
+    let seed = scheduler::study::Parameters::seed();
     for name in ["tiny", "qwen2.5-0.5b", "qwen2.5-0.5b-instruct"] {
-        let m: common::manifest::ExperimentManifest<common::scheduler::study::Parameters, serde_json::Value> =
+        let m: common::manifest::ExperimentManifest<scheduler::study::Parameters, serde_json::Value> =
             common::manifest::read_experiment_manifest(&root().join(format!("manifests/scheduler/{name}.json")))
                 .unwrap();
         assert_eq!(m.parameters.jobs, seed.jobs, "{name}");

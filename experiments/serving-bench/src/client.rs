@@ -2,8 +2,8 @@
 //! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
 //! a panic or a lost run.
 
+use crate::serving::{ErrorClass, RequestRecord};
 use crate::stream::{Event, NdjsonParser, SseParser};
-use common::serving::{ErrorClass, RequestRecord};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};

@@ -1,6 +1,85 @@
-//! The serving benchmark's parts: the wire-format parsers, the client that measures, and the
-//! embedded server it measures by default.
+//! The serving benchmark (seed 001): a strict streaming client against OpenAI- and
+//! Ollama-compatible servers, and the embedded server it measures by default.
+//!
+//! The binary (`main.rs`) runs it; this library holds its parts (the wire-format parsers, the
+//! client that measures, the embedded server) and what the workspace tools know of it, through
+//! [`ServingBench`]'s [`Experiment`] implementation: its manifest and artifact types
+//! ([`serving`]), its command line ([`cli`]), its invariants, its reading of the predecessor's
+//! seed and its report section.
 
+mod checks;
+pub mod cli;
 pub mod client;
+mod report;
 pub mod server;
+pub mod serving;
 pub mod stream;
+
+use clap::Parser;
+use common::chart::{CompareRow, Section};
+use common::experiment::{AnyManifest, Experiment, Settings};
+use common::finding::Findings;
+use common::manifest::ExperimentManifest;
+use common::schema::schema_of;
+use serde_json::Value;
+
+/// The experiment's name.
+pub const EXPERIMENT: &str = "serving-bench";
+
+/// The serving benchmark, as the workspace tools see it.
+pub struct ServingBench;
+
+impl Experiment for ServingBench {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
+        let parameters: serving::Parameters =
+            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
+        parameters.validate()
+    }
+
+    fn schemas(&self) -> Vec<(String, Value)> {
+        vec![
+            (format!("{EXPERIMENT}-manifest.v1"), schema_of::<ExperimentManifest<serving::Parameters, Value>>()),
+            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<serving::ServingArtifact>()),
+        ]
+    }
+
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+        let args = match cli::Cli::try_parse_from(argv).map_err(|e| e.kind().to_string())? {
+            cli::Cli { command: Some(_), .. } => return Err("`serve` writes no artifact".into()),
+            cli::Cli { bench, .. } => bench,
+        };
+        let effective = match manifest_parameters {
+            None => None,
+            Some(base) => {
+                let base: serving::Parameters =
+                    serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
+                Some(serde_json::to_value(args.effective(base)).map_err(|e| e.to_string())?)
+            }
+        };
+        Ok(Settings { requested: args.requested(), effective })
+    }
+
+    fn audit(&self, artifact: &Value, _expectations: Option<&Value>, findings: &mut Findings) {
+        checks::audit(artifact, findings)
+    }
+
+    fn recognises(&self, foreign: &Value) -> bool {
+        checks::recognises(foreign)
+    }
+
+    fn audit_foreign(&self, foreign: &Value, findings: &mut Findings) {
+        checks::audit_foreign(foreign, findings)
+    }
+
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
+        report::section(title, dir, artifact)
+    }
+
+    fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {
+        report::compare(a, b)
+    }
+}

@@ -3,156 +3,17 @@
 //! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use common::experiment::{prepare, ModelArgs};
-use common::policy::Policy;
-use common::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use common::workspace::Workspace;
+use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
 use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
 use serving_bench::server::{self, ServerConfig};
+use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
+use serving_bench::EXPERIMENT;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
-
-const EXPERIMENT: &str = "serving-bench";
-
-#[derive(Parser)]
-#[command(
-    about = "Serving benchmark: streaming TTFT, latency and throughput against OpenAI- and Ollama-compatible servers"
-)]
-#[command(args_conflicts_with_subcommands = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the embedded OpenAI- and Ollama-compatible server until Ctrl-C.
-    Serve(ServeArgs),
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// Experiment manifest whose model to serve [default: manifests/serving-bench/tiny.json].
-    #[arg(long, value_name = "PATH")]
-    manifest: Option<std::path::PathBuf>,
-    /// Serve this local Qwen2 checkpoint folder instead (verified when --manifest is given too).
-    #[arg(long, value_name = "DIR")]
-    model_dir: Option<std::path::PathBuf>,
-    /// Never download a model.
-    #[arg(long)]
-    offline: bool,
-    /// Weight matrices in f32 (the checkpoint exactly), or f16 / bf16 (half the bytes per step).
-    #[arg(long, default_value = "f32", value_parser = common::qwen::WeightDtype::parse)]
-    dtype: common::qwen::WeightDtype,
-    /// Address to bind; anything but loopback exposes the server to the network (a warning says
-    /// so).
-    #[arg(long, default_value = "127.0.0.1")]
-    host: std::net::IpAddr,
-    #[arg(long, default_value_t = 8000)]
-    port: u16,
-    /// How the engine steps admitted requests: batched (every request in each step, new ones
-    /// joining as slots free), interleave (one request per step, in turn), or fifo (one request
-    /// to completion at a time).
-    #[arg(long, default_value = "batched", value_parser = Policy::parse)]
-    policy: Policy,
-    /// Requests admitted into the engine at once.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    max_active: u64,
-    /// Prefill chunk size in tokens; for batched, the step's token budget (decodes included).
-    /// [default: whole prompts in one step]
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    chunk_size: Option<u64>,
-    /// Requests waiting beyond the active ones; more are answered 503 with Retry-After.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    queue: u64,
-    /// Largest request body in bytes; larger ones are answered 400.
-    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
-    max_body_bytes: u64,
-    /// Open connections at once; more are answered 503 and closed (lowered to fit the process's
-    /// file limit).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    max_connections: u64,
-    /// Seconds a client has to send a request's head (and again its body); slower ones are cut.
-    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
-    header_timeout: f64,
-    /// Seconds a kept-alive connection may stay idle between requests before it is closed.
-    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
-    idle_timeout: f64,
-}
-
-/// A positive number of seconds, at most a week.
-fn seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if v.is_finite() && v > 0.0 && v <= serving::MAX_TIMEOUT_S {
-        Ok(v)
-    } else {
-        Err(format!("{v}: must be above 0 and at most {} seconds", serving::MAX_TIMEOUT_S))
-    }
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable; targets take turns
-    /// round by round, and each is compared with the first). URL `embedded` is the embedded
-    /// server on the manifest's model. Without any, the embedded server through both APIs.
-    #[arg(long, value_name = "KIND=URL")]
-    target: Vec<String>,
-    /// Model name to request [default: the first model each server lists].
-    #[arg(long)]
-    model_name: Option<String>,
-    /// Unrecorded requests per target first [default: the manifest's].
-    #[arg(long)]
-    warmups: Option<usize>,
-    /// Rounds per concurrency level [default: the manifest's].
-    #[arg(long)]
-    rounds: Option<usize>,
-    /// Concurrency levels, comma-separated [default: the manifest's].
-    #[arg(long, value_delimiter = ',')]
-    concurrency: Vec<usize>,
-    /// Cap on generated tokens per request [default: the manifest's].
-    #[arg(long)]
-    max_tokens: Option<usize>,
-    /// Seed sent with every request, for servers that sample [default: the manifest's].
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Seconds to connect [default: the manifest's].
-    #[arg(long)]
-    connect_timeout: Option<f64>,
-    /// Seconds from sending to the first generated text [default: the manifest's].
-    #[arg(long)]
-    first_token_timeout: Option<f64>,
-    /// Seconds of silence allowed inside a stream [default: the manifest's].
-    #[arg(long)]
-    idle_timeout: Option<f64>,
-    /// Seconds for a whole request [default: the manifest's].
-    #[arg(long)]
-    timeout: Option<f64>,
-}
-
-/// The seed's settings, for runs against external servers without a manifest.
-fn seed_parameters() -> Parameters {
-    Parameters {
-        warmups: 2,
-        rounds: 5,
-        concurrency: vec![1, 4],
-        max_tokens: 128,
-        seed: 42,
-        connect_timeout_s: 10.0,
-        first_token_timeout_s: 600.0,
-        idle_timeout_s: 600.0,
-        total_timeout_s: 600.0,
-        server_max_active: 4,
-        server_queue: 64,
-        server_policy: Policy::Batched,
-        server_chunk_size: None,
-    }
-}
 
 fn main() {
     common::init_tracing();
@@ -225,38 +86,6 @@ fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
     })
 }
 
-fn effective(args: &BenchArgs, base: Parameters) -> Parameters {
-    let mut p = base;
-    if let Some(v) = args.warmups {
-        p.warmups = v
-    }
-    if let Some(v) = args.rounds {
-        p.rounds = v
-    }
-    if !args.concurrency.is_empty() {
-        p.concurrency = args.concurrency.clone()
-    }
-    if let Some(v) = args.max_tokens {
-        p.max_tokens = v
-    }
-    if let Some(v) = args.seed {
-        p.seed = v
-    }
-    if let Some(v) = args.connect_timeout {
-        p.connect_timeout_s = v
-    }
-    if let Some(v) = args.first_token_timeout {
-        p.first_token_timeout_s = v
-    }
-    if let Some(v) = args.idle_timeout {
-        p.idle_timeout_s = v
-    }
-    if let Some(v) = args.timeout {
-        p.total_timeout_s = v
-    }
-    p
-}
-
 async fn bench(args: BenchArgs) -> Result<()> {
     let t0 = Instant::now();
     let clock = common::provenance::RunClock::start();
@@ -292,7 +121,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     } else {
         (None, seed_parameters(), None)
     };
-    let params = effective(&args, base);
+    let params = args.effective(base);
     if let Err(problem) = params.validate() {
         let origin = manifest_record.as_ref().map(|m| m.path.clone()).unwrap_or_else(|| "parameters".into());
         bail!("{origin}: {problem}");
@@ -428,12 +257,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         })
         .collect();
     let facts = common::build_facts!();
-    let requested = serde_json::json!({
-        "target": args.target, "model_name": args.model_name, "warmups": args.warmups, "rounds": args.rounds,
-        "concurrency": args.concurrency, "max_tokens": args.max_tokens, "seed": args.seed,
-        "connect_timeout": args.connect_timeout, "first_token_timeout": args.first_token_timeout,
-        "idle_timeout": args.idle_timeout, "timeout": args.timeout, "model": args.model,
-    });
+    let requested = args.requested();
     let provenance = common::provenance::collect(
         &ws,
         common::provenance::RunFacts {
@@ -445,8 +269,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
             model: prepared.as_ref().map(|p| &p.resolved),
             weights: args.model.dtype,
             manifest: manifest_record,
+            threads: common::engine_threads(),
         },
     );
+    let provenance_effective = provenance.settings.effective.clone();
     let artifact = ServingArtifact {
         run_id: clock.run_id.clone(),
         created_at: clock.started_at.clone(),
@@ -468,7 +294,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     };
     let path = match (&args.model.out, &prepared) {
         (Some(out), _) => out.clone(),
-        (None, Some(p)) => p.artifact_path(None),
+        (None, Some(p)) => p.artifact_path(None, Some(&provenance_effective)),
         (None, None) => common::artifact::default_path(&ws.artifacts_dir(), EXPERIMENT, "external", &clock.run_id),
     };
     common::artifact::write_new(&path, &artifact)?;

@@ -36,7 +36,7 @@ async fn server(configure: impl FnOnce(&mut ServerConfig)) -> (Running, String, 
 
 /// A hook that holds every step for `step`: a known step time (tests only; see `StepHook`).
 fn paced(step: Duration) -> Option<StepHook> {
-    Some(Arc::new(move |_: &[&common::engine::Session]| std::thread::sleep(step)))
+    Some(Arc::new(move |_: &[&common::session::Session]| std::thread::sleep(step)))
 }
 
 fn chat(tokens: usize, stream: bool) -> Value {
@@ -242,14 +242,14 @@ async fn a_client_that_disconnects_mid_stream_frees_its_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_computes_the_schedulers_ids_under_every_policy() {
     let (model, _tmp) = tiny();
-    let seed = common::scheduler::study::Parameters::seed();
-    let jobs: Vec<common::scheduler::Job> =
-        seed.jobs.iter().map(|j| common::scheduler::Job::from_spec(&model, j).unwrap()).collect();
+    let seed = common::schedule::seed_workload();
+    let jobs: Vec<common::schedule::Job> =
+        seed.jobs.iter().map(|j| common::schedule::Job::from_spec(&model, j).unwrap()).collect();
     let http = reqwest::Client::new();
     for policy in Policy::ALL {
-        let config = common::scheduler::RunConfig { policy, chunk_size: None, max_active: 2 };
-        let outcome = common::scheduler::run(&model, &jobs, config).unwrap();
-        let expected = common::scheduler::request_metrics(&outcome.timeline);
+        let config = common::schedule::RunConfig { policy, chunk_size: None, max_active: 2 };
+        let outcome = common::schedule::run(&model, &jobs, config).unwrap();
+        let expected = common::schedule::request_metrics(&outcome.timeline);
         let running = spawn(
             ([127, 0, 0, 1], 0).into(),
             model.clone(),
@@ -363,7 +363,7 @@ async fn tokens_leave_when_they_are_made() {
 async fn a_request_that_fails_in_a_step_fails_alone_and_the_engine_keeps_serving() {
     // Fault injection (a real request cannot be made to fail inside a forward): the hook panics
     // in any step that advances the prompt [7, 7, 7, 7, 7, 7, 7].
-    let poison: StepHook = Arc::new(|sessions: &[&common::engine::Session]| {
+    let poison: StepHook = Arc::new(|sessions: &[&common::session::Session]| {
         std::thread::sleep(Duration::from_millis(5));
         if sessions.iter().any(|s| s.prompt() == [7; 7]) {
             panic!("injected fault");
@@ -498,7 +498,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(!text.contains("sk-test-secret-never-recorded"));
-    let a: common::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert_eq!(a.runtimes.len(), 2);
     // The manifest: 3 rounds at concurrency 1 and 4, 32 tokens each, through both APIs.
     assert_eq!(a.requests.len(), 2 * (1 + 4) * 3);
@@ -509,7 +509,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
         assert!(r.scheduled_s <= r.sent_s.unwrap() && r.first_token_s.unwrap() <= r.end_s);
     }
     // The summary is exactly what the records say.
-    assert_eq!(a.summary, common::serving::summarize_all(&a.runtimes, &a.requests));
+    assert_eq!(a.summary, serving_bench::serving::summarize_all(&a.runtimes, &a.requests));
     let ollama = a.summary.iter().find(|row| row["runtime"] == "embedded-ollama" && row["concurrency"] == 4).unwrap();
     assert_eq!((ollama["requests"].as_u64(), ollama["successes"].as_u64()), (Some(12), Some(12)));
     assert!(ollama["prompt_tps_mean"].as_f64().unwrap() > 0.0, "Ollama's counters give prefill speed");
@@ -520,8 +520,8 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
     let ws = common::workspace::Workspace { root: root() };
-    let report = common::audit::audit_artifact(&ws, &out);
-    assert_eq!(report.verdict, common::audit::Verdict::Ok, "{:#?}", report.findings);
+    let report = audit::Audit { ws: &ws, experiments: &[&serving_bench::ServingBench] }.audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["summary"][1]["ttft_s_p50"] = json!(0.001);
     let map = v.as_object_mut().unwrap();
@@ -530,8 +530,8 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     map.insert("seal".into(), serde_json::to_value(seal).unwrap());
     let edited = tmp.path().join("edited.json");
     std::fs::write(&edited, v.to_string()).unwrap();
-    let report = common::audit::audit_artifact(&ws, &edited);
-    assert_eq!(report.verdict, common::audit::Verdict::Wrong);
+    let report = audit::Audit { ws: &ws, experiments: &[&serving_bench::ServingBench] }.audit_artifact(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().starts_with("summary[1].ttft_s_p50"), "{}", report.first_reason());
 }
 

@@ -3,8 +3,8 @@
 //! inference server cannot be made to do on demand. Every fault must end as a classified failure
 //! (never a panic, never a lost record), and a clean stream in one-byte reads must succeed.
 
-use common::serving::{ErrorClass, RequestRecord};
 use serving_bench::client::{http_client, measure, Kind, Spec, Target, Timeouts};
+use serving_bench::serving::{ErrorClass, RequestRecord};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

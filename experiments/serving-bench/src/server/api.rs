@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use common::engine::FinishReason;
+use common::session::FinishReason;
 use common::template::Message;
 use futures_util::StreamExt;
 use serde_json::{json, Value};

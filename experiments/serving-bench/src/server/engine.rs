@@ -5,8 +5,8 @@
 //! fails inside a step fails alone (with the others in that step), and the engine goes on.
 
 use super::Settings;
-use common::engine::{FinishReason, Session, StepKind, StepOutcome};
 use common::load::LoadedModel;
+use common::session::{FinishReason, Session, StepKind, StepOutcome};
 use common::stepper::{StepTimes, Stepper};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

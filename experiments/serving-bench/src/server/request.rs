@@ -177,23 +177,24 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 }
             };
             let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(true); // Ollama streams by default
-            let max_tokens =
-                match obj.get("options") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::Object(options)) => {
-                        sampling(options, "options.")?;
-                        match options.get("num_predict") {
-                            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => return Err(Rejection::bad(
+            let max_tokens = match obj.get("options") {
+                None | Some(Value::Null) => None,
+                Some(Value::Object(options)) => {
+                    sampling(options, "options.")?;
+                    match options.get("num_predict") {
+                        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => {
+                            return Err(Rejection::bad(
                                 "options.num_predict",
                                 format!(
                                     "`options.num_predict` {n}: this server needs a finite cap; give an integer >= 1"
                                 ),
-                            )),
-                            other => optional_count("options.num_predict", other.unwrap_or(&Value::Null))?,
+                            ))
                         }
+                        other => optional_count("options.num_predict", other.unwrap_or(&Value::Null))?,
                     }
-                    Some(_) => return Err(Rejection::bad("options", "`options` must be an object")),
-                };
+                }
+                Some(_) => return Err(Rejection::bad("options", "`options` must be an object")),
+            };
             Ok(GenerationRequest {
                 model,
                 input,

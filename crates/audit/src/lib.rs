@@ -1,0 +1,500 @@
+//! The audit: how a reviewer trusts an artifact without re-running it.
+//!
+//! For each artifact, in order: it parses and its seal holds; it validates against the committed
+//! JSON Schema of its experiment and version; its manifest exists and is the one it ran; its
+//! model pin and file digests are the manifest's; its source hash is the current code's (else it
+//! is *stale*, which is not *wrong*); its `argv` is the one its recorded settings came from; its
+//! parameters are the manifest's (else it is a custom run, held to its invariants alone); then
+//! its experiment's own invariants and the manifest's expectations. Foreign artifacts (the Python
+//! predecessor's seeds) get the checks their fields allow, and a list of what they lack.
+//!
+//! The audit knows no experiment: it is given the registry's list and dispatches through the
+//! [`Experiment`] trait. No input makes it panic: an experiment's check that panics is caught and
+//! becomes a finding.
+
+use common::artifact::{check_seal, SEAL_KEY};
+use common::experiment::{AnyManifest, Experiment};
+use common::finding::{diff_values, Findings, Report, Severity};
+use common::manifest::{manifest_sha256, read_experiment_manifest};
+use common::workspace::Workspace;
+use serde_json::Value;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+pub use common::finding::{Finding, Verdict};
+
+/// The audit of one workspace, with the experiments it knows (the registry's).
+pub struct Audit<'a> {
+    pub ws: &'a Workspace,
+    pub experiments: &'a [&'a dyn Experiment],
+}
+
+/// Every JSON file under `dir` (recursively), sorted.
+pub fn artifact_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The file's JSON, or the report that says why it cannot be read (the audit's first finding for
+/// any artifact, ours or foreign).
+fn read_json(path: &Path, shown: &str) -> Result<Value, Report> {
+    let value = std::fs::read(path)
+        .map_err(|e| format!("cannot read: {e}"))
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| format!("does not parse as JSON: {e}")));
+    value.map_err(|e| {
+        let mut f = Findings::default();
+        f.wrong("parse", "", e);
+        f.into_report(shown.to_string(), None, None)
+    })
+}
+
+impl Audit<'_> {
+    fn experiment(&self, name: &str) -> Option<&dyn Experiment> {
+        self.experiments.iter().copied().find(|e| e.name() == name)
+    }
+
+    fn names(&self) -> String {
+        self.experiments.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Audits one of our artifacts against its manifest and the current code.
+    pub fn audit_artifact(&self, path: &Path) -> Report {
+        let ws = self.ws;
+        let shown = ws.display_path(path);
+        let value = match read_json(path, &shown) {
+            Ok(v) => v,
+            Err(report) => return report,
+        };
+        let mut f = Findings::default();
+        match check_seal(&value) {
+            Ok(None) => {}
+            Ok(Some(parts)) => f.wrong(
+                "seal",
+                parts[0].clone(),
+                format!("edited after the run (seal mismatch in {})", parts.join(", ")),
+            ),
+            Err(e) => f.wrong("seal", SEAL_KEY, e),
+        }
+        let mut body = value.clone();
+        if let Some(map) = body.as_object_mut() {
+            map.remove(SEAL_KEY);
+        }
+        let experiment = body.pointer("/provenance/experiment").and_then(Value::as_str).map(str::to_string);
+        let version = body.pointer("/provenance/schema_version").and_then(Value::as_u64);
+        let Some(experiment) = experiment else {
+            f.wrong(
+                "schema",
+                "provenance.experiment",
+                "missing: not an artifact of this project (foreign ones: --external)",
+            );
+            return f.into_report(shown, None, None);
+        };
+        let Some(kind) = self.experiment(&experiment) else {
+            f.wrong(
+                "schema",
+                "provenance.experiment",
+                format!("`{experiment}` is not a registered experiment (registered: {})", self.names()),
+            );
+            return f.into_report(shown, Some(experiment), None);
+        };
+        check_schema(ws, &experiment, version.unwrap_or(0), &body, &mut f);
+
+        let manifest_path = body.pointer("/provenance/manifest/path").and_then(Value::as_str).map(str::to_string);
+        let manifest = match &manifest_path {
+            None => {
+                f.note(
+                    "manifest",
+                    "provenance.manifest",
+                    "unpinned run (--model-dir without a manifest): internal checks only",
+                );
+                None
+            }
+            Some(rel) => check_manifest(ws, rel, &body, &mut f),
+        };
+        check_source(ws, &body, &mut f);
+        check_argv(kind, manifest.as_ref(), &body, &mut f);
+        let mut expectations = None;
+        if let Some(m) = &manifest {
+            check_pin(ws, m, &body, &mut f);
+            let recorded = body.pointer("/provenance/settings/effective").cloned().unwrap_or(Value::Null);
+            let differences = diff_values(&recorded, &m.parameters, "parameters");
+            let own_folder = manifest_path.as_deref().map(|rel| own_folder(ws, &experiment, rel));
+            match differences.first() {
+            None => expectations = m.expectations.clone(),
+            Some((field, msg)) if own_folder.as_deref().is_some_and(|dir| path.parent() == Some(dir)) => f.wrong(
+                "parameters",
+                field.clone(),
+                format!("{msg}: a run with other parameters than its manifest's belongs in <manifest>+custom/, not among the manifest's own"),
+            ),
+            Some((field, _)) => f.note(
+                "parameters",
+                field.clone(),
+                format!("custom run ({} parameters differ from the manifest's): held to its invariants, not to the manifest's expectations", differences.len()),
+            ),
+        }
+        }
+        let checked = catch_unwind(AssertUnwindSafe(|| {
+            let mut own = Findings::default();
+            kind.audit(&body, expectations.as_ref(), &mut own);
+            own
+        }));
+        match checked {
+            Ok(own) => f.0.extend(own.0),
+            Err(panic) => {
+                f.wrong("invariants", "", format!("the {experiment} checks panicked: {}", panic_message(&panic)))
+            }
+        }
+        f.into_report(shown, Some(experiment), manifest_path)
+    }
+
+    /// Audits a foreign artifact (the Python predecessor's seeds): recognises the experiment by its
+    /// fields, checks what they allow, and notes what they lack. Never fails on odd input: anything
+    /// unreadable is a finding.
+    pub fn audit_external(&self, path: &Path, shown: String) -> Report {
+        let value = match read_json(path, &shown) {
+            Ok(v) => v,
+            Err(report) => return report,
+        };
+        let mut f = Findings::default();
+        if value.get("provenance").is_none() {
+            f.note(
+                "lacks",
+                "provenance",
+                "no provenance block: code version, build, host details and model digests are unknown",
+            );
+        }
+        let kind = self
+            .experiments
+            .iter()
+            .copied()
+            .find(|e| catch_unwind(AssertUnwindSafe(|| e.recognises(&value))).unwrap_or(false));
+        match kind {
+            Some(kind) => {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| kind.audit_foreign(&value, &mut f))) {
+                    f.wrong(
+                        "invariants",
+                        "",
+                        format!("the {} checks panicked: {}", kind.name(), panic_message(&panic)),
+                    );
+                }
+            }
+            None => f.wrong(
+                "schema",
+                "",
+                format!("not recognised as an artifact of any registered experiment ({})", self.names()),
+            ),
+        }
+        let redactor = common::artifact::Redactor { home: None, secrets: Vec::new() };
+        leaks(&value, String::new(), &redactor, &mut f);
+        f.into_report(shown, kind.map(|k| k.name().to_string()), None)
+    }
+
+    /// `just pin`: the manifest with its expectations taken from a fresh artifact. Refused unless
+    /// the artifact is current and wrong in nothing but its expectations (an intended change is
+    /// pinned from an honest run, never from a broken, stale or custom one). Returns the manifest's
+    /// path, its old text and the new one; the caller shows the difference and writes.
+    pub fn pin_from_artifact(&self, artifact_path: &Path) -> Result<(PathBuf, String, String), String> {
+        let report = self.audit_artifact(artifact_path);
+        if let Some(bad) = report.findings.iter().find(|f| {
+            f.severity == Severity::Stale
+                || (f.severity == Severity::Wrong && f.check != "expectations")
+                || f.check == "parameters"
+        }) {
+            return Err(format!(
+            "{}: cannot pin from it: {}: {} (re-run the experiment on its manifest, then pin from the new artifact)",
+            report.artifact, bad.field, bad.message
+        ));
+        }
+        let rel = report
+            .manifest
+            .clone()
+            .ok_or_else(|| format!("{}: unpinned run: there is no manifest to update", report.artifact))?;
+        let kind = report.experiment.as_deref().and_then(|e| self.experiment(e)).ok_or("no registered experiment")?;
+        let value = common::artifact::read_artifact::<Value>(artifact_path).map_err(|e| e.to_string())?;
+        let manifest_path = self.ws.root.join(&rel);
+        let old = std::fs::read_to_string(&manifest_path).map_err(|e| format!("{rel}: {e}"))?;
+        let mut manifest: AnyManifest = read_experiment_manifest(&manifest_path).map_err(|e| e.to_string())?;
+        let Some(expectations) = kind.pin(&value, manifest.expectations.as_ref())? else {
+            return Err(format!("{}: experiment `{}` pins no expectations", report.artifact, kind.name()));
+        };
+        manifest.expectations = Some(expectations);
+        manifest.source_sha256 = value.pointer("/provenance/source/sha256").and_then(Value::as_str).map(str::to_string);
+        let mut new = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?;
+        new.push('\n');
+        Ok((manifest_path, old, new))
+    }
+}
+
+/// `artifacts/<experiment>/<manifest name>`: where the manifest's own runs are written.
+fn own_folder(ws: &Workspace, experiment: &str, manifest_rel: &str) -> PathBuf {
+    ws.artifacts_dir().join(experiment).join(common::manifest::manifest_name(Path::new(manifest_rel)))
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// `provenance.argv` must be the command line the recorded settings came from, and with the
+/// manifest's parameters it must give the recorded effective ones: an edited argv, or parameters
+/// edited to look like the manifest's own (with the seal recomputed), would otherwise pass.
+fn check_argv(kind: &dyn Experiment, manifest: Option<&AnyManifest>, body: &Value, f: &mut Findings) {
+    let argv: Option<Vec<String>> =
+        body.pointer("/provenance/argv").and_then(|v| serde_json::from_value(v.clone()).ok());
+    let Some(argv) = argv.filter(|a| !a.is_empty()) else {
+        return f.wrong("invariants", "provenance.argv", "missing or empty");
+    };
+    let parameters = manifest.map(|m| &m.parameters);
+    let settings = match catch_unwind(AssertUnwindSafe(|| kind.settings(&argv, parameters))) {
+        Ok(Ok(settings)) => settings,
+        Ok(Err(e)) => {
+            return f.wrong(
+                "invariants",
+                "provenance.argv",
+                format!("does not parse as a {} command line: {e}", kind.name()),
+            )
+        }
+        Err(panic) => {
+            return f.wrong("invariants", "provenance.argv", format!("parsing it panicked: {}", panic_message(&panic)))
+        }
+    };
+    let recorded = |key: &str| body.pointer(&format!("/provenance/settings/{key}")).cloned().unwrap_or(Value::Null);
+    if let Some((field, msg)) =
+        diff_values(&recorded("requested"), &settings.requested, "provenance.settings.requested").into_iter().next()
+    {
+        f.wrong(
+            "invariants",
+            "provenance.argv",
+            format!("the command line does not give the recorded settings: {field}: {msg}"),
+        );
+    }
+    if let Some(effective) = settings.effective {
+        if let Some((field, msg)) =
+            diff_values(&recorded("effective"), &effective, "provenance.settings.effective").into_iter().next()
+        {
+            f.wrong(
+                "parameters",
+                field,
+                format!("not what the manifest's parameters and the command line give: {msg}"),
+            );
+        }
+    }
+}
+
+fn check_schema(ws: &Workspace, experiment: &str, version: u64, body: &Value, f: &mut Findings) {
+    let name = format!("{experiment}-artifact.v{version}");
+    let path = ws.root.join("schemas").join(format!("{name}.json"));
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        f.add(
+            Severity::Note,
+            "schema",
+            "",
+            format!("no committed schema schemas/{name}.json; structure not validated"),
+        );
+        return;
+    };
+    let schema: Value = match serde_json::from_str(&text) {
+        Ok(s) => s,
+        Err(e) => return f.wrong("schema", "", format!("schemas/{name}.json does not parse: {e}")),
+    };
+    match jsonschema::validator_for(&schema) {
+        Err(e) => f.wrong("schema", "", format!("schemas/{name}.json is not a valid schema: {e}")),
+        Ok(validator) => {
+            if let Some(e) = validator.iter_errors(body).next() {
+                let at = e.instance_path().to_string();
+                f.wrong("schema", json_path(&at), format!("does not match schemas/{name}.json: {e}"));
+            }
+        }
+    }
+}
+
+/// `/runs/0/elapsed_ms` -> `runs[0].elapsed_ms`.
+fn json_path(pointer: &str) -> String {
+    let mut out = String::new();
+    for part in pointer.split('/').filter(|p| !p.is_empty()) {
+        if part.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+fn check_manifest(ws: &Workspace, rel: &str, body: &Value, f: &mut Findings) -> Option<AnyManifest> {
+    let path = ws.root.join(rel);
+    if !path.is_file() {
+        f.wrong("manifest", "provenance.manifest.path", format!("{rel} does not exist"));
+        return None;
+    }
+    let manifest = match read_experiment_manifest::<Value, Value>(&path) {
+        Ok(m) => m,
+        Err(e) => {
+            f.wrong("manifest", "provenance.manifest.path", e.to_string());
+            return None;
+        }
+    };
+    let recorded = body.pointer("/provenance/manifest/sha256").and_then(Value::as_str).unwrap_or_default();
+    match manifest_sha256(&path) {
+        Ok(now) if now != recorded => f.add(
+            Severity::Stale,
+            "manifest",
+            "provenance.manifest.sha256",
+            format!("{rel} changed since the run (recorded {}, now {})", short(recorded), short(&now)),
+        ),
+        Ok(_) => {}
+        Err(e) => f.wrong("manifest", "provenance.manifest.path", e.to_string()),
+    }
+    if body.pointer("/provenance/experiment").and_then(Value::as_str) != Some(manifest.experiment.as_str()) {
+        f.wrong("manifest", "provenance.experiment", format!("the manifest is for `{}`", manifest.experiment));
+    }
+    Some(manifest)
+}
+
+fn short(hex: &str) -> &str {
+    &hex[..hex.len().min(12)]
+}
+
+fn check_pin(ws: &Workspace, manifest: &AnyManifest, body: &Value, f: &mut Findings) {
+    let pin = match ws.model_pin(&manifest.model) {
+        Ok(p) => p,
+        Err(e) => return f.wrong("pin", "provenance.model.name", e.to_string()),
+    };
+    let model = body.pointer("/provenance/model").cloned().unwrap_or(Value::Null);
+    let expect = [
+        ("name", Some(pin.name.as_str())),
+        ("repo", Some(pin.repo.as_str())),
+        ("revision", Some(pin.revision.as_str())),
+    ];
+    for (key, want) in expect {
+        let got = model.get(key).and_then(Value::as_str);
+        if got != want {
+            f.wrong("pin", format!("provenance.model.{key}"), format!("recorded {got:?}, the pin says {want:?}"));
+        }
+    }
+    if model.get("pinned") != Some(&Value::Bool(true)) {
+        f.wrong("pin", "provenance.model.pinned", "the files were not verified against the pin");
+    }
+    let files = model.get("files").and_then(Value::as_array).cloned().unwrap_or_default();
+    for (i, want) in pin.files.iter().enumerate() {
+        let got = files.iter().find(|v| v.get("path").and_then(Value::as_str) == Some(want.path.as_str()));
+        match got {
+            None => f.wrong("pin", format!("provenance.model.files[{i}]"), format!("{} is not recorded", want.path)),
+            Some(g)
+                if g.get("digest").and_then(Value::as_str) != Some(want.digest.as_str())
+                    || g.get("size").and_then(Value::as_u64) != Some(want.size) =>
+            {
+                f.wrong(
+                    "pin",
+                    format!("provenance.model.files[{i}].digest"),
+                    format!(
+                        "{}: recorded {} differs from the pin's {}",
+                        want.path,
+                        g.get("digest").unwrap_or(&Value::Null),
+                        want.digest
+                    ),
+                )
+            }
+            Some(_) => {}
+        }
+    }
+    if files.len() != pin.files.len() {
+        f.wrong(
+            "pin",
+            "provenance.model.files",
+            format!("{} files recorded, the pin has {}", files.len(), pin.files.len()),
+        );
+    }
+    let pin_path = ws.manifests_dir().join("models").join(format!("{}.json", pin.name));
+    let recorded = body.pointer("/provenance/manifest/model_pin_sha256").and_then(Value::as_str).unwrap_or_default();
+    if let Ok(now) = manifest_sha256(&pin_path) {
+        if now != recorded {
+            f.add(
+                Severity::Stale,
+                "pin",
+                "provenance.manifest.model_pin_sha256",
+                format!("the pin file changed since the run (recorded {}, now {})", short(recorded), short(&now)),
+            );
+        }
+    }
+}
+
+fn check_source(ws: &Workspace, body: &Value, f: &mut Findings) {
+    let recorded = body.pointer("/provenance/source/sha256").and_then(Value::as_str).unwrap_or_default();
+    let crate_dir = body.pointer("/provenance/source/crate_dir").and_then(Value::as_str).unwrap_or_default();
+    if crate_dir.is_empty() || crate_dir.split(['/', '\\']).any(|p| p == "..") || !ws.root.join(crate_dir).is_dir() {
+        return f.wrong(
+            "source",
+            "provenance.source.crate_dir",
+            format!("`{crate_dir}` is not an experiment crate of this workspace"),
+        );
+    }
+    let hashed =
+        source_hash::hashed_roots(&ws.root, crate_dir).and_then(|roots| source_hash::hash_sources(&ws.root, &roots));
+    match hashed {
+        Ok(now) if now.sha256 != recorded => f.add(
+            Severity::Stale,
+            "source",
+            "provenance.source.sha256",
+            format!(
+                "the code changed since the run (recorded {}, now {}); re-run it",
+                short(recorded),
+                short(&now.sha256)
+            ),
+        ),
+        Ok(_) => {}
+        Err(e) => f.wrong("source", "provenance.source.crate_dir", format!("cannot hash the sources: {e}")),
+    }
+}
+
+/// Notes strings holding a home path (ours never do; the seeds may).
+fn leaks(value: &Value, path: String, redactor: &common::artifact::Redactor, f: &mut Findings) {
+    match value {
+        Value::String(s) if redactor.redact_str(s) != *s => {
+            f.add(Severity::Note, "lacks", path, "holds an absolute home path (this project's artifacts never do)")
+        }
+        Value::Object(m) => m
+            .iter()
+            .for_each(|(k, v)| leaks(v, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, redactor, f)),
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| leaks(v, format!("{path}[{i}]"), redactor, f)),
+        _ => {}
+    }
+}
+
+/// Manifests under `manifests/<experiment>/` that no audited artifact ran.
+pub fn unreproduced(ws: &Workspace, reports: &[Report]) -> Vec<String> {
+    let ran: std::collections::BTreeSet<&str> = reports.iter().filter_map(|r| r.manifest.as_deref()).collect();
+    ws.experiment_manifests()
+        .map(|list| list.into_iter().map(|(p, _)| ws.display_path(&p)).filter(|p| !ran.contains(p.as_str())).collect())
+        .unwrap_or_default()
+}
+
+/// Lines of `new` not in `old` and vice versa, in order: a small review diff.
+pub fn line_diff(old: &str, new: &str) -> Vec<String> {
+    let old_lines: std::collections::BTreeSet<&str> = old.lines().collect();
+    let new_lines: std::collections::BTreeSet<&str> = new.lines().collect();
+    old.lines()
+        .filter(|l| !new_lines.contains(l))
+        .map(|l| format!("- {l}"))
+        .chain(new.lines().filter(|l| !old_lines.contains(l)).map(|l| format!("+ {l}")))
+        .collect()
+}

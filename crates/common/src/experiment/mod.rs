@@ -1,0 +1,72 @@
+//! What an experiment is to the workspace tools, and the shared start and end of its binary.
+//!
+//! Each experiment crate implements [`Experiment`] once; the registry (`crates/tools/src/registry.rs`)
+//! lists them, one line each, and `reproduce`, `audit`, `pin` and `report` dispatch through it. So
+//! no tool names an experiment, and an experiment brings its schema, invariants, foreign-artifact
+//! reading, pinning and report section with it.
+
+mod prepare;
+
+pub use prepare::{prepare, ManifestRun, ModelArgs, PrepareError, Prepared};
+
+use crate::chart::{CompareRow, Section};
+use crate::finding::Findings;
+use serde_json::Value;
+
+/// A manifest as the tools read it, before an experiment gives its parts their types.
+pub use crate::workspace::AnyManifest;
+
+/// What a command line gives (see [`Experiment::settings`]).
+pub struct Settings {
+    pub requested: Value,
+    /// `None` without a manifest.
+    pub effective: Option<Value>,
+}
+
+/// One experiment, as the tools see it. Everything takes JSON: the tools read artifacts and
+/// manifests of every experiment, and each experiment reads its own with its own types.
+pub trait Experiment: Sync {
+    /// Its name: the binary, `manifests/<name>/`, `artifacts/<name>/` and `provenance.experiment`.
+    fn name(&self) -> &'static str;
+
+    /// Reads a manifest's parameters and expectations as this experiment's types and checks them;
+    /// the error names the field and the fix.
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String>;
+
+    /// Its JSON Schemas, as `(name, schema)`: `<name>-manifest.v1` and `<name>-artifact.v<N>`,
+    /// committed under `schemas/` (a test of the registry keeps them in sync).
+    fn schemas(&self) -> Vec<(String, Value)>;
+
+    /// The settings a recorded command line gives: what `argv` asks for
+    /// (`provenance.settings.requested`) and, given the manifest's parameters, the effective ones
+    /// its overrides make of them (`provenance.settings.effective`). So the audit tells an edited
+    /// `argv` or edited parameters from the run's own; the error says why `argv` does not parse.
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String>;
+
+    /// The invariants of one of its artifacts (the body, seal removed), and the expectations of
+    /// the manifest it ran when its parameters were the manifest's (`None` for unpinned and custom
+    /// runs, which are held to their invariants alone).
+    fn audit(&self, artifact: &Value, expectations: Option<&Value>, findings: &mut Findings);
+
+    /// Whether a foreign artifact (one without our provenance, e.g. the Python predecessor's) is
+    /// of this experiment.
+    fn recognises(&self, _foreign: &Value) -> bool {
+        false
+    }
+
+    /// The checks a foreign artifact's fields allow, and notes of what it lacks.
+    fn audit_foreign(&self, _foreign: &Value, _findings: &mut Findings) {}
+
+    /// New expectations for the manifest from a fresh, audited artifact (`current`: the
+    /// manifest's present ones); `Ok(None)`: this experiment pins nothing.
+    fn pin(&self, _artifact: &Value, _current: Option<&Value>) -> Result<Option<Value>, String> {
+        Ok(None)
+    }
+
+    /// Its section of the report page for one artifact (ours or foreign); `dir` is the folder,
+    /// relative to the page, its charts are written to.
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String>;
+
+    /// The metrics of two of its artifacts side by side (A, B), for `report --compare`.
+    fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow>;
+}

@@ -1,0 +1,25 @@
+//! What every experiment depends on: one facade over the layers below it ([`supply`], [`engine`],
+//! [`records`]), re-exported under their module names, plus the two things that join the layers:
+//! the shared start and end of an experiment binary ([`experiment::prepare`]) and the
+//! [`experiment::Experiment`] trait through which the workspace tools (reproduce, audit, pin,
+//! report) handle an experiment without naming it.
+//!
+//! Layers, bottom up (ARCHITECTURE.md has the rule): `supply` (model files), `engine` (the forward
+//! and the stepping loop) and `records` (provenance, artifacts, findings) beside it, then this
+//! crate, then the experiments, then the tools.
+
+pub use engine::{greedy, kernel, load, memory, policy, qwen, schedule, session, stepper, template};
+pub use records::{artifact, build_facts, chart, finding, provenance, schema, stats};
+pub use supply::{config, digest, generate, gguf, manifest, pin, resolve, weights, workspace};
+
+pub use engine::threads as engine_threads;
+
+pub mod experiment;
+
+/// Logs to stderr, `info` by default, `RUST_LOG` to change.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,127 @@
+//! The engine's greedy ids equal Hugging Face transformers' (F32, CPU) for the tiny generated
+//! checkpoint, under every policy, chunk size and admission limit. The reference JSON is written
+//! by `scripts/transformers_reference.py` and committed.
+
+mod support;
+
+use common::load::LoadedModel;
+use common::policy::Policy;
+use common::schedule::{self, request_metrics, Job, RunConfig};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    revision: String,
+    jobs: Vec<RefJob>,
+}
+
+#[derive(Deserialize)]
+struct RefJob {
+    id: String,
+    prompt_ids: Vec<u32>,
+    output_ids: Vec<u32>,
+}
+
+fn reference() -> Reference {
+    serde_json::from_str(include_str!("data/transformers-reference-tiny.json")).unwrap()
+}
+
+#[test]
+fn reference_was_made_on_the_pinned_tiny_checkpoint() {
+    let pin = support::workspace().model_pin("tiny").unwrap();
+    assert_eq!(reference().revision, pin.revision, "regenerate the reference after re-pinning tiny");
+}
+
+#[test]
+fn prompts_render_and_tokenize_exactly_like_transformers() {
+    let model = LoadedModel::load(&support::tiny_dir()).unwrap();
+    let params = common::schedule::seed_workload();
+    for r in reference().jobs {
+        let spec = params.jobs.iter().find(|j| j.id == r.id).unwrap();
+        let (_, ids) = model.encode_user_prompt(&spec.prompt).unwrap();
+        assert_eq!(ids, r.prompt_ids, "{}", r.id);
+    }
+}
+
+#[test]
+fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
+    let model = LoadedModel::load(&support::tiny_dir()).unwrap();
+    let reference = reference();
+    let params = common::schedule::seed_workload();
+    let jobs: Vec<Job> = params
+        .jobs
+        .iter()
+        .map(|j| Job {
+            id: j.id.clone(),
+            prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
+            max_new_tokens: j.max_new_tokens,
+            arrival_ms: 0.0,
+        })
+        .collect();
+    let mut checked = 0;
+    for policy in Policy::ALL {
+        for chunk_size in [Some(1), Some(7), Some(64), None] {
+            for max_active in [1, 2, 3] {
+                let config = RunConfig { policy, chunk_size, max_active };
+                let outcome = schedule::run(&model, &jobs, config).unwrap();
+                let metrics = request_metrics(&outcome.timeline);
+                assert_eq!(metrics.len(), 3);
+                for r in &reference.jobs {
+                    let ours = metrics.iter().find(|m| m.id == r.id).unwrap();
+                    assert_eq!(ours.output_ids, r.output_ids, "{config:?} job {}", r.id);
+                }
+                // Every prompt token was prefilled exactly once, in chunks of at most chunk_size.
+                for job in &jobs {
+                    let prefill: Vec<_> = outcome
+                        .timeline
+                        .iter()
+                        .filter(|s| s.job == job.id && s.kind == common::session::StepKind::Prefill)
+                        .collect();
+                    assert_eq!(prefill.iter().map(|s| s.tokens).sum::<usize>(), job.prompt_ids.len());
+                    assert!(prefill.iter().all(|s| s.tokens <= chunk_size.unwrap_or(usize::MAX)));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 36);
+}
+
+#[test]
+fn policies_order_steps_as_the_seed_describes() {
+    let model = LoadedModel::load(&support::tiny_dir()).unwrap();
+    let reference = reference();
+    let jobs: Vec<Job> = reference
+        .jobs
+        .iter()
+        .zip(common::schedule::seed_workload().jobs)
+        .map(|(r, spec)| Job {
+            id: r.id.clone(),
+            prompt_ids: r.prompt_ids.clone(),
+            max_new_tokens: spec.max_new_tokens,
+            arrival_ms: 0.0,
+        })
+        .collect();
+    let order = |config| -> Vec<String> {
+        let outcome = schedule::run(&model, &jobs, config).unwrap();
+        let mut seq: Vec<String> = outcome.timeline.iter().map(|s| s.job.clone()).collect();
+        seq.dedup();
+        seq
+    };
+    // fifo: each job runs to completion, in arrival order.
+    let fifo = order(RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 });
+    assert_eq!(fifo, vec!["long-document", "interactive-a", "interactive-b"]);
+    // interleave: long and a alternate until a finishes, then b joins.
+    let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2 });
+    assert_eq!(&inter[..4], ["long-document", "interactive-a", "long-document", "interactive-a"]);
+    // chunked: interactive-a gets its first token before long-document's prefill ends.
+    let outcome =
+        schedule::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 })
+            .unwrap();
+    let m = request_metrics(&outcome.timeline);
+    let ttft = |id: &str| m.iter().find(|r| r.id == id).unwrap().ttft_ms;
+    assert!(ttft("interactive-a") < ttft("long-document"));
+    let timeline_end = outcome.timeline.last().unwrap().end_ms;
+    assert_eq!(outcome.elapsed_ms, timeline_end);
+    assert!(outcome.timeline.windows(2).all(|w| w[0].end_ms <= w[1].start_ms), "steps are serial");
+}

@@ -1,0 +1,26 @@
+//! The engine: a checkpoint folder in, greedy ids out, as fast as this CPU allows and bit-faithful
+//! to the references.
+//!
+//! - [`template`], [`load`]: the chat template and the loaded model with its tokenizer.
+//! - [`qwen`], [`kernel`], [`greedy`], [`memory`]: the Qwen2 forward, its CPU kernels, the greedy
+//!   screen, and where weights and caches live.
+//! - [`session`], [`policy`], [`stepper`], [`schedule`]: one request's KV cache, which requests
+//!   step next, the one stepping loop, and a job list replayed through it on a timeline.
+//!
+//! Imports only [`supply`]; knows nothing of records or experiments.
+
+pub mod greedy;
+pub mod kernel;
+pub mod load;
+pub mod memory;
+pub mod policy;
+pub mod qwen;
+pub mod schedule;
+pub mod session;
+pub mod stepper;
+pub mod template;
+
+/// The worker threads a forward runs on (recorded in every artifact's provenance).
+pub fn threads() -> usize {
+    candle_core::utils::get_num_threads()
+}

@@ -1,0 +1,584 @@
+//! A Qwen2 forward of our own over candle tensors, with a preallocated per-session KV cache that
+//! is written in place, attention that serves grouped-query heads without copying K/V, and
+//! batched steps: one forward advances several sessions, each at its own position.
+//!
+//! Why not candle-transformers' model: it concatenates the whole cache on every step and
+//! materialises the repeated K/V heads of grouped-query attention every step, so a decode step
+//! grows more expensive with the context; each session must clone the model to own a cache; and
+//! it cannot run sessions at different positions in one forward. Here the weights are shared by
+//! reference and a session owns only its [`Cache`].
+//!
+//! Numerics: every projection, of one row or a prefill chunk's hundreds, goes through our own
+//! kernel, whose every output depends only on its own row, so a session's logits are
+//! bit-identical whether it steps alone or batched with others. Norms, rotary embedding and a
+//! prefill chunk's attention are candle's, per row. Greedy ids equal those of
+//! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::greedy_batch`], what
+//! the engine runs) reads the head through its screen ([`crate::greedy`]): the same ids, for a
+//! quarter of the head's bytes in F32.
+
+use crate::greedy::{self, Screen};
+use crate::{kernel, memory};
+use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::qwen2::Config;
+
+pub use supply::weights::WeightDtype;
+
+/// The candle dtype weights are held in.
+fn candle_dtype(w: WeightDtype) -> DType {
+    match w {
+        WeightDtype::F32 => DType::F32,
+        WeightDtype::F16 => DType::F16,
+        WeightDtype::Bf16 => DType::BF16,
+    }
+}
+
+/// Runs `$body` with `$w` bound to the data of `$t` (a contiguous weight tensor on the CPU) as
+/// stored: each arm instantiates the generic code in `$body` for its element type.
+macro_rules! with_weights {
+    ($t:expr, |$w:ident| $body:expr) => {{
+        let (storage, layout) = $t.storage_and_layout();
+        let (start, end) = layout.contiguous_offsets().expect("weights are made contiguous at load");
+        match &*storage {
+            Storage::Cpu(CpuStorage::F32(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            Storage::Cpu(CpuStorage::F16(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            Storage::Cpu(CpuStorage::BF16(w)) => {
+                let $w = &w[start..end];
+                $body
+            }
+            _ => candle_core::bail!("weights must be F32, F16 or BF16 on the CPU"),
+        }
+    }};
+}
+
+/// A linear layer: weight `out × in` in `layout`, bias kept in F32.
+struct Proj {
+    /// Row-major `out × in`, or its values in panels as one flat `out·in` vector.
+    w: Tensor,
+    layout: kernel::Layout,
+    bias: Option<Vec<f32>>,
+    out: usize,
+    /// For the head: the quantized copy that finds greedy ids without every logit.
+    screen: Option<Screen>,
+}
+
+impl Proj {
+    /// `w` is the checkpoint's row-major F32 matrix; stored in `dtype`, in panels when `panels`
+    /// (the layers' projections: [`kernel::Layout`] says why) or as rows (the head, whose rows
+    /// are also looked up and screened one by one).
+    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, panels: bool) -> Result<Self> {
+        let (out, k) = w.dims2()?;
+        let layout = if panels { kernel::Layout::panels(k) } else { kernel::Layout::rows(k) };
+        let w = if panels {
+            Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?
+        } else {
+            w
+        };
+        let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
+        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(candle_dtype(dtype))?)?, layout, bias, out, screen: None })
+    }
+
+    /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite).
+    fn screened(mut self) -> Result<Self> {
+        assert!(self.bias.is_none(), "a screen bounds products without bias");
+        let k = self.w.dim(1)?;
+        self.screen = with_weights!(self.w, |w| Screen::new(w, k));
+        Ok(self)
+    }
+
+    /// `x` is `rows × in` (F32); returns `rows × out`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Tensor::from_vec(self.outputs(x)?, (x.dim(0)?, self.out), x.device())
+    }
+
+    /// [`Self::forward`]'s values, row-major, for a caller that works on them directly.
+    fn outputs(&self, x: &Tensor) -> Result<Vec<f32>> {
+        let (rows, x) = (x.dim(0)?, x.flatten_all()?.to_vec1::<f32>()?);
+        with_weights!(self.w, |w| Ok(kernel::linear(w, self.layout, self.bias.as_deref(), &x, rows)))
+    }
+
+    /// For each row of `x` (`rows × in`, F32), the first index of the largest output: through
+    /// the screen where there is one and it holds, else from the row's full product.
+    fn greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
+        let (rows, k) = x.dims2()?;
+        let x = x.flatten_all()?.to_vec1::<f32>()?;
+        with_weights!(self.w, |w| {
+            let screened = match &self.screen {
+                Some(screen) => screen.argmax(w, &x),
+                None => vec![None; rows],
+            };
+            let full = |x: &[f32]| greedy::argmax(&kernel::linear(w, self.layout, self.bias.as_deref(), x, 1));
+            Ok(screened.into_iter().zip(x.chunks_exact(k)).map(|(id, x)| id.unwrap_or_else(|| full(x))).collect())
+        })
+    }
+
+    /// Bytes of the weights (not the screen's copy).
+    fn bytes(&self) -> usize {
+        self.w.elem_count() * self.w.dtype().size_in_bytes()
+    }
+}
+
+struct Layer {
+    /// Queries, keys and values in one matrix (rows in that order): one pass over the input.
+    qkv: Proj,
+    o: Proj,
+    /// Gate and up projections in one matrix (gate rows first).
+    gate_up: Proj,
+    down: Proj,
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+}
+
+/// The shared, read-only model.
+pub struct Qwen2 {
+    /// Token embeddings, `vocab × hidden`, in the weight dtype.
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Proj,
+    cos: Tensor,
+    sin: Tensor,
+    eps: f32,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    hidden: usize,
+    inter: usize,
+    max_positions: usize,
+    weight_dtype: WeightDtype,
+    /// The head is the embedding matrix (one copy in memory).
+    tied: bool,
+    device: Device,
+}
+
+/// One session's keys and values, filled from position 0 up to `len`. Per layer, the values are
+/// a `(1, kv_heads, stored, head_dim)` buffer and the keys are stored in tiles of
+/// [`kernel::TILE`] positions, each tile dimension by dimension, `(1, kv_heads, stored / TILE,
+/// head_dim, TILE)`: a single position's attention then computes its scores as vector operations
+/// along positions, one contiguous tile at a time ([`kernel::attend_each`]). `stored` is the
+/// capacity rounded up to whole tiles.
+pub struct Cache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+    capacity: usize,
+}
+
+impl Cache {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets the positions from `len` on: a forward that failed part way may have written
+    /// some of them (the length only advances once every layer has), and a retry from `len`
+    /// overwrites them exactly.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Marks the first `len` positions as filled without computing them: for benchmarks that time
+    /// a step at a long context without paying for its prefill. The keys and values there are set
+    /// to a constant, which changes the numbers, not the work. (Written, not left as allocated:
+    /// never-written zeroed memory reads from one shared page, which would hide the cost of
+    /// streaming the cache.)
+    pub fn assume_filled(&mut self, len: usize) -> Result<()> {
+        let len = len.min(self.capacity);
+        for (k, v) in self.k.iter().zip(&self.v) {
+            let (one, kv_heads, _, d) = v.dims4()?;
+            v.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), v.device())?, 2, 0)?;
+            let tiles = (one, kv_heads, len.div_ceil(kernel::TILE), d, kernel::TILE);
+            k.slice_set(&Tensor::full(0.01f32, tiles, k.device())?, 2, 0)?;
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Bytes held by the buffers (allocated for the full capacity, in whole tiles, at creation).
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+    }
+
+    /// Positions the buffers hold: the capacity in whole tiles.
+    fn stored(&self) -> usize {
+        self.capacity.next_multiple_of(kernel::TILE)
+    }
+}
+
+/// Writes new keys (`1 × kv_heads × n × head_dim`, contiguous) into a layer's keys in tiles from
+/// `pos` on, in place ([`kernel::store_keys`]). Why a custom op: candle's `slice_set` writes a
+/// range of one dimension, and a position's keys are one value in each row of its tile.
+#[derive(Clone, Copy)]
+struct StoreKeys {
+    pos: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl candle_core::InplaceOp2 for StoreKeys {
+    fn name(&self) -> &'static str {
+        "store-keys"
+    }
+
+    fn cpu_fwd(
+        &self,
+        keys: &mut CpuStorage,
+        keys_layout: &candle_core::Layout,
+        new: &CpuStorage,
+        new_layout: &candle_core::Layout,
+    ) -> Result<()> {
+        let (Some((ks, ke)), Some((ns, ne))) = (keys_layout.contiguous_offsets(), new_layout.contiguous_offsets())
+        else {
+            candle_core::bail!("store-keys: the cache and the new keys must be contiguous")
+        };
+        match (keys, new) {
+            (CpuStorage::F32(keys), CpuStorage::F32(new)) => {
+                let StoreKeys { pos, kv_heads, head_dim } = *self;
+                kernel::store_keys(&mut keys[ks..ke], &new[ns..ne], kv_heads, head_dim, pos);
+                Ok(())
+            }
+            _ => candle_core::bail!("store-keys: the KV cache must be F32"),
+        }
+    }
+}
+
+impl Qwen2 {
+    /// Loads the weights from `vb` (F32) and stores the matrices in `dtype`.
+    pub fn load(cfg: &Config, vb: VarBuilder, dtype: WeightDtype) -> Result<Self> {
+        let head_dim = cfg.hidden_size / cfg.num_attention_heads;
+        let (h, kv, inter) = (cfg.hidden_size, cfg.num_key_value_heads * head_dim, cfg.intermediate_size);
+        let m = vb.pp("model");
+        let embed = m.get((cfg.vocab_size, h), "embed_tokens.weight")?;
+        // Shapes are checked here so a wrong checkpoint fails at load, not mid-run.
+        let get = |vb: &VarBuilder, name: &str, rows: usize, cols: usize| -> Result<Tensor> {
+            let w = vb.get_unchecked(&format!("{name}.weight"))?;
+            if w.dims() != [rows, cols] {
+                candle_core::bail!("{}.{name}: shape {:?}, expected [{rows}, {cols}]", vb.prefix(), w.dims())
+            }
+            Ok(w)
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let l = m.pp(format!("layers.{i}"));
+            let a = l.pp("self_attn");
+            let qkv =
+                Tensor::cat(&[get(&a, "q_proj", h, h)?, get(&a, "k_proj", kv, h)?, get(&a, "v_proj", kv, h)?], 0)?;
+            let qkv_bias =
+                Tensor::cat(&[a.get(h, "q_proj.bias")?, a.get(kv, "k_proj.bias")?, a.get(kv, "v_proj.bias")?], 0)?;
+            let f = l.pp("mlp");
+            let gate_up = Tensor::cat(&[get(&f, "gate_proj", inter, h)?, get(&f, "up_proj", inter, h)?], 0)?;
+            layers.push(Layer {
+                qkv: Proj::new(qkv, Some(qkv_bias), dtype, true)?,
+                o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype, true)?,
+                gate_up: Proj::new(gate_up, None, dtype, true)?,
+                down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype, true)?,
+                attn_norm: l.get(h, "input_layernorm.weight")?,
+                ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
+            });
+        }
+        let norm = m.get(h, "norm.weight")?;
+        let tied = !vb.contains_tensor("lm_head.weight");
+        let lm_head = if tied {
+            Proj::new(embed.clone(), None, dtype, false)?
+        } else {
+            Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype, false)?
+        }
+        .screened()?;
+        // Tied embeddings share the head's (possibly converted) storage.
+        let embed = if tied { lm_head.w.clone() } else { embed.to_dtype(candle_dtype(dtype))? };
+        // The rotary tables as candle-transformers computes them (same values, same ids).
+        let inv_freq: Vec<f32> =
+            (0..head_dim).step_by(2).map(|i| 1f32 / cfg.rope_theta.powf(i as f64 / head_dim as f64) as f32).collect();
+        let device = vb.device().clone();
+        let inv_freq = Tensor::from_vec(inv_freq, (1, head_dim / 2), &device)?;
+        let t = Tensor::arange(0u32, cfg.max_position_embeddings as u32, &device)?
+            .to_dtype(DType::F32)?
+            .reshape((cfg.max_position_embeddings, 1))?;
+        let freqs = t.matmul(&inv_freq)?;
+        Ok(Qwen2 {
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos: freqs.cos()?,
+            sin: freqs.sin()?,
+            eps: cfg.rms_norm_eps as f32,
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim,
+            hidden: h,
+            inter,
+            max_positions: cfg.max_position_embeddings,
+            weight_dtype: dtype,
+            tied,
+            device,
+        })
+    }
+
+    pub fn weight_dtype(&self) -> WeightDtype {
+        self.weight_dtype
+    }
+
+    /// Bytes of the weight matrices as held in memory (the embedding counted once when tied).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize =
+            self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        let embed = if self.tied { 0 } else { self.embed.elem_count() * self.embed.dtype().size_in_bytes() };
+        layers + self.lm_head.bytes() + embed
+    }
+
+    /// A cache for up to `capacity` positions, allocated once.
+    pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
+        let capacity = capacity.min(self.max_positions);
+        let stored = capacity.next_multiple_of(kernel::TILE);
+        let mut k = Vec::with_capacity(self.layers.len());
+        let mut v = Vec::with_capacity(self.layers.len());
+        for _ in &self.layers {
+            let tiles = (1, self.kv_heads, stored / kernel::TILE, self.head_dim, kernel::TILE);
+            k.push(memory::zeros(tiles, &self.device)?);
+            v.push(memory::zeros((1, self.kv_heads, stored, self.head_dim), &self.device)?);
+        }
+        Ok(Cache { k, v, len: 0, capacity })
+    }
+
+    /// Runs `ids` at positions `cache.len()..`, appends their keys and values to the cache, and
+    /// returns the logits of the last position (a vector over the vocabulary).
+    pub fn forward(&self, cache: &mut Cache, ids: &[u32]) -> Result<Tensor> {
+        self.forward_batch(&mut [(cache, ids)])?.get(0)
+    }
+
+    /// One forward for several sessions: each item's `ids` run at its cache's next positions and
+    /// are appended to that cache. Returns `items × vocab`: the logits of each item's last
+    /// position. Projections and the MLP see all rows at once (each weight is read once for the
+    /// whole batch); attention runs per item against its own cache.
+    pub fn forward_batch(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+        kernel::on_pool(|| self.lm_head.forward(&self.last_hidden(items)?))
+    }
+
+    /// One forward as [`Self::forward_batch`], returning the greedy id of each item's last
+    /// position (the first index of its largest logit, as over the logits), or None for items
+    /// whose `wanted` entry is false: a prefill chunk that does not end its prompt needs no head.
+    /// The head is read through its screen ([`crate::greedy`]): the same ids, without computing
+    /// every logit.
+    pub fn greedy_batch(&self, items: &mut [(&mut Cache, &[u32])], wanted: &[bool]) -> Result<Vec<Option<u32>>> {
+        assert_eq!(items.len(), wanted.len(), "one `wanted` per item");
+        kernel::on_pool(|| {
+            let last = self.last_hidden(items)?;
+            let picked: Vec<u32> = (0..items.len() as u32).filter(|i| wanted[*i as usize]).collect();
+            if picked.is_empty() {
+                return Ok(vec![None; items.len()]);
+            }
+            let picked = last.index_select(&Tensor::new(picked.as_slice(), &self.device)?, 0)?;
+            let mut ids = self.lm_head.greedy(&picked)?.into_iter();
+            Ok(wanted.iter().map(|w| if *w { ids.next() } else { None }).collect())
+        })
+    }
+
+    /// Runs the layers over every item's ids (appending to the caches) and returns the final
+    /// norm of each item's last position, `items × hidden`: the head's input.
+    fn last_hidden(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+        let mut positions = Vec::new();
+        for (cache, ids) in items.iter() {
+            let (pos, n) = (cache.len, ids.len());
+            if n == 0 || pos + n > cache.capacity {
+                candle_core::bail!("{n} tokens at position {pos} do not fit a cache of {} positions", cache.capacity)
+            }
+            positions.extend(pos as u32..(pos + n) as u32);
+        }
+        let rows = positions.len();
+        let all_ids: Vec<u32> = items.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
+        let mut x =
+            self.embed.index_select(&Tensor::new(all_ids.as_slice(), &self.device)?, 0)?.to_dtype(DType::F32)?;
+        let positions = Tensor::new(positions.as_slice(), &self.device)?;
+        let (cos, sin) = (self.cos.index_select(&positions, 0)?, self.sin.index_select(&positions, 0)?);
+        let masks: Vec<Option<Tensor>> =
+            items.iter().map(|(c, ids)| self.causal_mask(c.len, ids.len())).collect::<Result<_>>()?;
+        let (q_width, kv_width) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
+            let qkv = layer.qkv.forward(&h)?;
+            let heads = |from: usize, width: usize, n: usize| -> Result<Tensor> {
+                qkv.narrow(1, from, width)?.reshape((1, rows, n, self.head_dim))?.transpose(1, 2)?.contiguous()
+            };
+            let q = candle_nn::rotary_emb::rope(&heads(0, q_width, self.heads)?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope(&heads(q_width, kv_width, self.kv_heads)?, &cos, &sin)?;
+            let v = heads(q_width + kv_width, kv_width, self.kv_heads)?;
+            let mut first = 0;
+            for (cache, ids) in items.iter_mut() {
+                let n = ids.len();
+                let part = |t: &Tensor| t.narrow(2, first, n)?.contiguous();
+                self.store(cache, l, &part(&k)?, &part(&v)?)?;
+                first += n;
+            }
+            let attn = self.attention(items, l, &q, &masks)?;
+            x = (x + layer.o.forward(&attn)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
+            let gate_up = layer.gate_up.outputs(&h)?;
+            let act = Tensor::from_vec(kernel::silu_mul(&gate_up, rows), (rows, self.inter), &self.device)?;
+            let mlp = layer.down.forward(&act)?;
+            x = (x + mlp)?;
+        }
+        let mut last = Vec::with_capacity(items.len());
+        let mut end = 0;
+        for (cache, ids) in items.iter_mut() {
+            cache.len += ids.len();
+            end += ids.len();
+            last.push(x.narrow(0, end - 1, 1)?);
+        }
+        candle_nn::ops::rms_norm(&Tensor::cat(&last, 0)?, &self.norm, self.eps)
+    }
+
+    /// The causal mask of `n` new rows at `pos`: row i sees positions 0..=pos+i. None for a
+    /// single row, which sees everything in the cache.
+    fn causal_mask(&self, pos: usize, n: usize) -> Result<Option<Tensor>> {
+        if n == 1 {
+            return Ok(None);
+        }
+        let total = pos + n;
+        let m: Vec<f32> =
+            (0..n).flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        Tensor::from_vec(m, (n, total), &self.device).map(Some)
+    }
+
+    /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated, contiguous) into
+    /// its cache in layer `l`, at its position.
+    fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let store = StoreKeys { pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim };
+        cache.k[l].inplace_op2(k, &store)?;
+        cache.v[l].slice_set(v, 2, cache.len)
+    }
+
+    /// Attention in layer `l` of every item's new rows over its cache (their keys and values
+    /// already stored): `q` is every row's queries, `1 × heads × rows × d`, rotated; returns
+    /// `rows × hidden`. Items that decode one position go through our kernel together, in one
+    /// pass over all their heads; each prefill chunk goes through candle.
+    fn attention(
+        &self,
+        items: &[(&mut Cache, &[u32])],
+        l: usize,
+        q: &Tensor,
+        masks: &[Option<Tensor>],
+    ) -> Result<Tensor> {
+        let (rows, d, hidden) = (q.dim(2)?, self.head_dim, self.hidden);
+        let mut out = vec![0f32; rows * hidden];
+        // (row, cache) of each item that decodes one position.
+        let mut decoding = Vec::new();
+        let mut first = 0;
+        for ((cache, ids), mask) in items.iter().zip(masks) {
+            let n = ids.len();
+            if n == 1 {
+                decoding.push((first, &**cache));
+            } else {
+                let chunk = self.attend_chunk(cache, l, &q.narrow(2, first, n)?.contiguous()?, mask.as_ref())?;
+                out[first * hidden..(first + n) * hidden].copy_from_slice(&chunk.flatten_all()?.to_vec1::<f32>()?);
+            }
+            first += n;
+        }
+        if decoding.is_empty() {
+            return Tensor::from_vec(out, (rows, hidden), &self.device);
+        }
+        let all_q = q.flatten_all()?.to_vec1::<f32>()?;
+        let queries: Vec<Vec<f32>> = decoding
+            .iter()
+            .map(|(row, _)| (0..self.heads).flat_map(|h| &all_q[(h * rows + row) * d..][..d]).copied().collect())
+            .collect();
+        let storages: Vec<_> = decoding
+            .iter()
+            .map(|(_, cache)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout()))
+            .collect();
+        let mut attending = Vec::with_capacity(decoding.len());
+        for (((_, cache), q), ((k, k_layout), (v, v_layout))) in decoding.iter().zip(&queries).zip(&storages) {
+            let (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) = (&**k, &**v) else {
+                candle_core::bail!("the KV cache must be F32 on the CPU")
+            };
+            let (ks, ke) = k_layout.contiguous_offsets().expect("caches are allocated contiguous");
+            let (vs, ve) = v_layout.contiguous_offsets().expect("caches are allocated contiguous");
+            let shape = kernel::AttentionShape {
+                heads: self.heads,
+                kv_heads: self.kv_heads,
+                capacity: cache.stored(),
+                len: cache.len + 1,
+                d,
+            };
+            attending.push(kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape });
+        }
+        let attended = kernel::attend_each(&attending, 1.0 / (d as f32).sqrt());
+        for ((row, _), values) in decoding.iter().zip(attended.chunks_exact(hidden)) {
+            out[row * hidden..(row + 1) * hidden].copy_from_slice(values);
+        }
+        Tensor::from_vec(out, (rows, hidden), &self.device)
+    }
+
+    /// Attention of one item's chunk of `n > 1` new rows in layer `l` (`q` is `1 × heads × n ×
+    /// d`, its keys and values already stored), returns `n × hidden`.
+    fn attend_chunk(&self, cache: &Cache, l: usize, q: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let n = q.dim(2)?;
+        let total = cache.len + n;
+        let groups = self.heads / self.kv_heads;
+        // The transpose the scores multiply by, `(1, kv_heads, d, total)`: the filled tiles with
+        // their rows laid end to end (a copy of the filled cache, small next to the chunk's work).
+        let tiles = total.div_ceil(kernel::TILE);
+        let keys_t = cache.k[l].narrow(2, 0, tiles)?.transpose(2, 3)?.contiguous()?.reshape((
+            1,
+            self.kv_heads,
+            self.head_dim,
+            tiles * kernel::TILE,
+        ))?;
+        let keys_t = keys_t.narrow(3, 0, total)?;
+        let values = cache.v[l].narrow(2, 0, total)?;
+        // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
+        // head are stacked as rows of one matrix against that head's keys.
+        let q = q.reshape((1, self.kv_heads, groups * n, self.head_dim))?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut scores = (q.matmul(&keys_t)? * scale)?;
+        if let Some(mask) = mask {
+            scores = scores.reshape((1, self.kv_heads, groups, n, total))?.broadcast_add(mask)?.reshape((
+                1,
+                self.kv_heads,
+                groups * n,
+                total,
+            ))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
+        attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((n, self.hidden))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tests::data;
+
+    #[test]
+    fn a_projection_gives_a_row_the_same_bits_alone_as_in_a_prefill_chunk() {
+        // A chunk past a group of eight rows, a narrow last panel, a bias, every weight dtype.
+        let (out, k, rows) = (70, 75, 21);
+        let w = Tensor::from_vec(data(out * k, 30), (out, k), &Device::Cpu).unwrap();
+        let bias = Tensor::from_vec(data(out, 31), out, &Device::Cpu).unwrap();
+        let x = Tensor::from_vec(data(rows * k, 32), (rows, k), &Device::Cpu).unwrap();
+        for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
+            let in_panels = Proj::new(w.clone(), Some(bias.clone()), dtype, true).unwrap();
+            let in_rows = Proj::new(w.clone(), Some(bias.clone()), dtype, false).unwrap();
+            assert_ne!(in_panels.layout, in_rows.layout);
+            let chunk = in_panels.outputs(&x).unwrap();
+            for r in [0, 7, 8, 20] {
+                let alone = in_panels.outputs(&x.narrow(0, r, 1).unwrap()).unwrap();
+                assert_eq!(alone, chunk[r * out..(r + 1) * out], "{} row {r}", dtype.name());
+            }
+            // As rows, the same values summed in another order: equal within rounding.
+            for (a, b) in chunk.iter().zip(&in_rows.outputs(&x).unwrap()) {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{}: {a} vs {b}", dtype.name());
+            }
+        }
+    }
+}

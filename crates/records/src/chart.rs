@@ -1,0 +1,72 @@
+//! Charts as plain data: an experiment describes what to draw from its artifact, and the report
+//! (the one crate that links a plotting library) draws it. So an experiment's report section is
+//! its own code without it linking plotters, and the report knows no experiment.
+
+/// A chart to draw, with the file stem it is written under.
+#[derive(Debug, Clone)]
+pub enum Chart {
+    Timeline(Timeline),
+    Grouped(Grouped),
+    Percentiles(Percentiles),
+}
+
+/// One artifact's part of a report page: Markdown that embeds its charts as `![alt](<dir>/<stem>.svg)`
+/// (see [`Section::image`]), and the charts themselves.
+#[derive(Debug, Clone, Default)]
+pub struct Section {
+    pub markdown: String,
+    /// (file stem, chart)
+    pub charts: Vec<(String, Chart)>,
+    /// The folder the charts are written to, relative to the page (the artifact's stem).
+    pub dir: String,
+}
+
+impl Section {
+    pub fn new(dir: &str) -> Self {
+        Section { dir: dir.to_string(), ..Default::default() }
+    }
+
+    /// Adds a chart and the Markdown line that shows it.
+    pub fn image(&mut self, stem: &str, alt: &str, chart: Chart) {
+        self.markdown.push_str(&format!("![{alt}]({}/{stem}.svg)\n\n", self.dir));
+        self.charts.push((stem.to_string(), chart));
+    }
+}
+
+/// One line of a side-by-side comparison of two artifacts: what, A's value, B's value.
+pub type CompareRow = (String, Option<f64>, Option<f64>);
+
+/// One lane per request; prefill and decode steps as bars on a shared millisecond axis, with
+/// each request's first token and completion marked.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    pub title: String,
+    pub lanes: Vec<String>,
+    /// (lane, prefill?, start, end)
+    pub steps: Vec<(usize, bool, f64, f64)>,
+    /// (lane, ttft, completion)
+    pub marks: Vec<(usize, f64, f64)>,
+    pub end: f64,
+}
+
+/// One bar: its value and an optional (low, high) whisker.
+pub type Bar = (f64, Option<(f64, f64)>);
+
+/// Grouped bars: one group per category, one bar per series, optional min-max whiskers.
+#[derive(Debug, Clone)]
+pub struct Grouped {
+    pub title: String,
+    pub y_label: String,
+    pub categories: Vec<String>,
+    /// (series name, per category: (value, optional (low, high)))
+    pub series: Vec<(String, Vec<Bar>)>,
+}
+
+/// Latency distributions: value against percentile, one line per group.
+#[derive(Debug, Clone)]
+pub struct Percentiles {
+    pub title: String,
+    pub y_label: String,
+    /// (group, points (percentile, value))
+    pub lines: Vec<(String, Vec<(f64, f64)>)>,
+}

@@ -1,0 +1,37 @@
+//! JSON Schemas of what we write, generated from the Rust types and committed under `schemas/`,
+//! so that readers in other languages (and the audit) can validate artifacts without our code.
+//! A test in each crate calls [`check_committed`]; it fails when a type changed and its committed
+//! schema did not. `UPDATE_SCHEMAS=1 cargo test` rewrites them.
+
+use std::path::Path;
+
+/// Compares the schema of `T` with `schemas/<name>.json` under `workspace`, or rewrites the file
+/// when `UPDATE_SCHEMAS=1`. Returns a message naming the fix when they differ.
+pub fn check_committed<T: schemars::JsonSchema>(workspace: &Path, name: &str) -> Result<(), String> {
+    check_committed_value(workspace, name, &schema_of::<T>())
+}
+
+/// The JSON Schema of `T`, as committed.
+pub fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default()
+}
+
+/// [`check_committed`] for a schema already made (an experiment's, through its trait).
+pub fn check_committed_value(workspace: &Path, name: &str, schema: &serde_json::Value) -> Result<(), String> {
+    let mut text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())?;
+    text.push('\n');
+    let path = workspace.join("schemas").join(format!("{name}.json"));
+    if std::env::var("UPDATE_SCHEMAS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().unwrap()).map_err(|e| e.to_string())?;
+        std::fs::write(&path, &text).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed == text {
+        Ok(())
+    } else {
+        Err(format!(
+            "schemas/{name}.json differs from the Rust types; review the change and run `UPDATE_SCHEMAS=1 cargo test` to rewrite it"
+        ))
+    }
+}

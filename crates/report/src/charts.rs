@@ -1,0 +1,241 @@
+//! The charts, each drawn once per backend (SVG and PNG) from the same code. Nothing in them
+//! depends on the clock, so the same artifact always renders to the same bytes.
+
+use common::chart::{Chart, Grouped, Percentiles, Timeline};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// DejaVu Sans, bundled so that text renders the same on every machine.
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// Registers the bundled font under the family every chart uses. Call once before drawing.
+pub fn init_font() -> Result<(), String> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| "the bundled font does not parse".to_string())
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Something that can draw itself on any plotters backend.
+pub trait Draw {
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+}
+
+/// Writes `<stem>.svg` and `<stem>.png` of any chart an experiment describes.
+pub fn render(chart: &Chart, stem: &Path) -> Result<(), String> {
+    match chart {
+        Chart::Timeline(c) => render_one(c, stem),
+        Chart::Grouped(c) => render_one(c, stem),
+        Chart::Percentiles(c) => render_one(c, stem),
+    }
+}
+
+fn render_one(chart: &impl Draw, stem: &Path) -> Result<(), String> {
+    let size = chart.size();
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    {
+        let area = SVGBackend::new(&svg, size).into_drawing_area();
+        chart.draw(&area)?;
+        area.present().map_err(|e| format!("{}: {e}", svg.display()))?;
+    }
+    let area = BitMapBackend::new(&png, size).into_drawing_area();
+    chart.draw(&area)?;
+    area.present().map_err(|e| format!("{}: {e}", png.display()))
+}
+
+/// A white canvas with the title and the label areas every chart here uses (`y_labels` wide).
+fn frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    y_labels: u32,
+) -> Result<ChartBuilder<'a, 'static, DB>, String> {
+    area.fill(&WHITE).map_err(err)?;
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(y_labels);
+    Ok(builder)
+}
+
+/// The top of a value axis: the largest finite value (never zero, so the range is not empty).
+fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
+    values.filter(|v| v.is_finite()).fold(0f64, f64::max).max(1e-9)
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The legend box every chart draws, in one style.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)
+}
+
+impl Draw for Timeline {
+    fn size(&self) -> (u32, u32) {
+        (1000, 140 + 60 * self.lanes.len() as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let n = self.lanes.len().max(1) as f64;
+        let mut chart = frame(area, &self.title, 130)?
+            .build_cartesian_2d(0f64..(self.end * 1.02).max(1e-3), 0f64..n)
+            .map_err(err)?;
+        let lanes = self.lanes.clone();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(self.lanes.len() * 2 + 1)
+            .y_label_formatter(&move |y| {
+                let i = y.floor() as usize;
+                if (y - y.floor() - 0.5).abs() < 1e-6 {
+                    lanes.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc("milliseconds since the scheduler started")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        for (prefill, label, color) in [(true, "prefill", PALETTE[0]), (false, "decode", PALETTE[1])] {
+            chart
+                .draw_series(self.steps.iter().filter(|s| s.1 == prefill).map(|&(lane, _, start, end)| {
+                    let y = lane as f64;
+                    Rectangle::new([(start, y + 0.2), (end.max(start), y + 0.8)], color.filled())
+                }))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }
+        for (which, label, color) in [(0, "first token", BLACK), (1, "completion", PALETTE[3])] {
+            chart
+                .draw_series(self.marks.iter().map(|&(lane, ttft, done)| {
+                    let x = if which == 0 { ttft } else { done };
+                    let y = lane as f64;
+                    PathElement::new(vec![(x, y + 0.05), (x, y + 0.95)], color.stroke_width(2))
+                }))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x + 6, y - 6), (x + 6, y + 6)], color.stroke_width(2)));
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
+    }
+}
+
+impl Draw for Grouped {
+    fn size(&self) -> (u32, u32) {
+        (1000, 460)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let top = axis_top(
+            self.series
+                .iter()
+                .flat_map(|(_, vs)| vs.iter().map(|(v, spread)| spread.map(|s| s.1).unwrap_or(*v).max(*v))),
+        );
+        let n = self.categories.len().max(1) as f64;
+        // Category names go in the legend, not under the axis.
+        let mut chart = frame(area, &self.title, 70)?
+            .x_label_area_size(10)
+            .build_cartesian_2d(0f64..n, (-0.12 * top)..(top * 1.15))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(&self.y_label)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(self.categories.iter().enumerate().map(|(i, c)| {
+                Text::new(
+                    c.clone(),
+                    (i as f64 + 0.5, -0.04 * top),
+                    ("sans-serif", 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    )),
+                )
+            }))
+            .map_err(err)?;
+        let k = self.series.len().max(1) as f64;
+        let width = 0.8 / k;
+        for (j, (name, values)) in self.series.iter().enumerate() {
+            let color = PALETTE[j % PALETTE.len()];
+            let x0 = |i: usize| i as f64 + 0.1 + j as f64 * width;
+            chart
+                .draw_series(
+                    values
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (v, _))| v.is_finite())
+                        .map(|(i, (v, _))| Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.9, *v)], color.filled())),
+                )
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            chart
+                .draw_series(values.iter().enumerate().filter_map(|(i, (_, spread))| {
+                    let (lo, hi) = (*spread)?;
+                    let x = x0(i) + width * 0.45;
+                    Some(PathElement::new(vec![(x, lo), (x, hi)], BLACK.stroke_width(2)))
+                }))
+                .map_err(err)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
+}
+
+impl Draw for Percentiles {
+    fn size(&self) -> (u32, u32) {
+        (1000, 460)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let top = axis_top(self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
+        let mut chart = frame(area, &self.title, 70)?.build_cartesian_2d(0f64..100f64, 0f64..top * 1.1).map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc(&self.y_label)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        for (j, (name, points)) in self.lines.iter().enumerate() {
+            let color = PALETTE[j % PALETTE.len()];
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
+}

@@ -1,0 +1,275 @@
+//! The source hash of an experiment: SHA-256 over the files of the workspace crates its binary
+//! links (the experiment's crate and, through the dependency graph, every workspace crate it
+//! depends on, build-dependencies included) and `Cargo.lock`; nothing else.
+//!
+//! One function serves both sides of the contract: an experiment's `build.rs` bakes the hash into
+//! the binary (so an artifact says which code made it), and the audit recomputes it from the
+//! working tree (so a reviewer learns whether the code changed since). Both must agree byte for
+//! byte, which is why this is its own tiny crate usable as a build-dependency.
+//!
+//! So editing the audit, the report or another experiment leaves an artifact fresh, and editing
+//! the engine it runs makes it stale. Of each crate, its tests, benches and examples are not
+//! hashed (they are not linked into the binary); everything else is (sources, build script,
+//! manifest, bundled assets), identified by its path relative to the workspace root, so moving
+//! the checkout does not change the hash.
+
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Top-level folders of a crate that are not linked into its binary and so are not hashed.
+const UNLINKED: [&str; 4] = ["tests", "benches", "examples", "target"];
+
+/// Why the hashed roots could not be found: a manifest that cannot be read or parsed.
+#[derive(Debug)]
+pub struct GraphError(pub String);
+
+impl std::fmt::Display for GraphError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GraphError {}
+
+impl From<GraphError> for io::Error {
+    fn from(e: GraphError) -> Self {
+        io::Error::other(e.0)
+    }
+}
+
+/// The workspace crates `crate_dir` links, itself first, as paths relative to `workspace`
+/// (forward slashes): its `[dependencies]` and `[build-dependencies]` (also under `[target.*]`)
+/// that are path dependencies, directly or through `[workspace.dependencies]`, followed
+/// transitively. Dev-dependencies are not linked into the binary and are not followed.
+pub fn linked_crates(workspace: &Path, crate_dir: &str) -> Result<Vec<String>, GraphError> {
+    let root_toml = read_toml(&workspace.join("Cargo.toml"))?;
+    // Workspace dependency name -> crate dir, for `name.workspace = true`.
+    let mut shared: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(deps) = root_toml.get("workspace").and_then(|w| w.get("dependencies")).and_then(|d| d.as_table()) {
+        for (name, spec) in deps {
+            if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
+                shared.insert(name.clone(), normalize(path));
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    let mut order = Vec::new();
+    let mut stack = vec![normalize(crate_dir)];
+    while let Some(dir) = stack.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        let manifest = read_toml(&workspace.join(&dir).join("Cargo.toml"))?;
+        order.push(dir.clone());
+        let mut tables: Vec<&toml::Table> = Vec::new();
+        for key in ["dependencies", "build-dependencies"] {
+            tables.extend(manifest.get(key).and_then(|t| t.as_table()));
+            if let Some(targets) = manifest.get("target").and_then(|t| t.as_table()) {
+                tables.extend(targets.values().filter_map(|t| t.get(key)).filter_map(|t| t.as_table()));
+            }
+        }
+        let mut next = Vec::new();
+        for (name, spec) in tables.into_iter().flatten() {
+            if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
+                next.push(normalize(&format!("{dir}/{path}")));
+            } else if spec.get("workspace").and_then(|w| w.as_bool()) == Some(true) {
+                next.extend(shared.get(name).cloned());
+            }
+        }
+        next.sort();
+        stack.extend(next.into_iter().rev());
+    }
+    Ok(order)
+}
+
+/// What an experiment's source hash covers, relative to `workspace`: the top-level entries of
+/// every crate it links (their tests, benches and examples left out) and `Cargo.lock`.
+pub fn hashed_roots(workspace: &Path, crate_dir: &str) -> io::Result<Vec<String>> {
+    let mut roots = Vec::new();
+    for dir in linked_crates(workspace, crate_dir)? {
+        let mut entries: Vec<String> = fs::read_dir(workspace.join(&dir))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<io::Result<_>>()?;
+        entries.retain(|name| !name.starts_with('.') && !UNLINKED.contains(&name.as_str()));
+        entries.sort();
+        roots.extend(entries.into_iter().map(|name| format!("{dir}/{name}")));
+    }
+    roots.push("Cargo.lock".to_string());
+    Ok(roots)
+}
+
+fn read_toml(path: &Path) -> Result<toml::Table, GraphError> {
+    let text = fs::read_to_string(path).map_err(|e| GraphError(format!("{}: {e}", path.display())))?;
+    text.parse::<toml::Table>().map_err(|e| GraphError(format!("{}: {e}", path.display())))
+}
+
+/// `a/b/../c/./d/` -> `a/c/d`: crate paths as written in manifests, made comparable.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split(['/', '\\']) {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+/// The result of hashing: the hex digest and the files it covered (relative paths, sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceHash {
+    pub sha256: String,
+    pub files: Vec<String>,
+}
+
+/// Hashes the given roots (files or directories relative to `workspace`).
+///
+/// The digest is SHA-256 over one line per file, `"<relative path>\0<sha256 of content>\n"`, in
+/// sorted path order: independent of the walk order and of the checkout's location.
+pub fn hash_sources(workspace: &Path, roots: &[String]) -> io::Result<SourceHash> {
+    let mut files = Vec::new();
+    for root in roots {
+        collect(workspace, &workspace.join(root), &mut files)?;
+    }
+    files.sort();
+    files.dedup();
+    let mut outer = Sha256::new();
+    for rel in &files {
+        let bytes = fs::read(workspace.join(rel))?;
+        let inner = Sha256::digest(&bytes);
+        outer.update(rel.as_bytes());
+        outer.update([0u8]);
+        outer.update(hex(&inner).as_bytes());
+        outer.update(b"\n");
+    }
+    Ok(SourceHash { sha256: hex(&outer.finalize()), files })
+}
+
+fn collect(workspace: &Path, path: &Path, out: &mut Vec<String>) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if meta.is_file() {
+        let rel = path
+            .strip_prefix(workspace)
+            .map_err(|_| io::Error::other(format!("{} is outside the workspace", path.display())))?;
+        // Forward slashes so the hash is the same on every platform.
+        let rel: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        out.push(rel.join("/"));
+    } else if meta.is_dir() {
+        let mut entries: Vec<PathBuf> = fs::read_dir(path)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
+        entries.sort();
+        for entry in entries {
+            let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            collect(workspace, &entry, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Lower-case hex of a byte slice.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// For an experiment's `build.rs`: hashes what the experiment links (see [`hashed_roots`]), tells
+/// cargo to rerun when any hashed file (or the set of files, or the dependency graph) changes, and exports the build facts the
+/// provenance block records (`SOURCE_SHA256`, `SOURCE_FILES`, `BUILD_RUSTC`, `BUILD_TARGET`,
+/// `BUILD_PROFILE`, `BUILD_FEATURES`).
+pub fn build_script() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from build.rs"));
+    let workspace = find_workspace(&manifest_dir).expect("Cargo.lock above the crate");
+    let crate_dir =
+        manifest_dir.strip_prefix(&workspace).expect("crate inside workspace").to_string_lossy().replace('\\', "/");
+    let roots = hashed_roots(&workspace, &crate_dir).expect("the workspace's dependency graph");
+    let hashed = hash_sources(&workspace, &roots).expect("hash sources");
+    println!("cargo:rerun-if-changed={}", workspace.join("Cargo.toml").display());
+    for root in &roots {
+        // A directory entry makes cargo rerun when files are added or removed inside it.
+        println!("cargo:rerun-if-changed={}", workspace.join(root).display());
+    }
+    for file in &hashed.files {
+        println!("cargo:rerun-if-changed={}", workspace.join(file).display());
+    }
+    println!("cargo:rustc-env=SOURCE_SHA256={}", hashed.sha256);
+    println!("cargo:rustc-env=SOURCE_FILES={}", hashed.files.len());
+    println!("cargo:rustc-env=SOURCE_CRATE_DIR={crate_dir}");
+
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = std::process::Command::new(rustc)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=BUILD_RUSTC={version}");
+    println!("cargo:rustc-env=BUILD_TARGET={}", std::env::var("TARGET").unwrap_or_default());
+    println!("cargo:rustc-env=BUILD_PROFILE={}", std::env::var("PROFILE").unwrap_or_default());
+    let mut features: Vec<String> = std::env::vars()
+        .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(|f| f.to_lowercase().replace('_', "-")))
+        .collect();
+    features.sort();
+    println!("cargo:rustc-env=BUILD_FEATURES={}", features.join(","));
+}
+
+/// The nearest directory at or above `start` holding `Cargo.lock`.
+pub fn find_workspace(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find(|d| d.join("Cargo.lock").is_file()).map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_depends_on_content_and_path_not_location() {
+        let a = tempdir("a");
+        let b = tempdir("b");
+        for root in [&a, &b] {
+            fs::create_dir_all(root.join("exp/src")).unwrap();
+            fs::write(root.join("exp/src/main.rs"), "fn main() {}").unwrap();
+            fs::write(root.join("Cargo.lock"), "lock").unwrap();
+            fs::create_dir_all(root.join("exp/target")).unwrap();
+            fs::write(root.join("exp/target/junk"), "ignored").unwrap();
+        }
+        let roots = vec!["exp".to_string(), "Cargo.lock".to_string()];
+        let ha = hash_sources(&a, &roots).unwrap();
+        let hb = hash_sources(&b, &roots).unwrap();
+        assert_eq!(ha, hb);
+        assert_eq!(ha.files, vec!["Cargo.lock", "exp/src/main.rs"]);
+
+        fs::write(b.join("exp/src/main.rs"), "fn main() { }").unwrap();
+        assert_ne!(hash_sources(&b, &roots).unwrap().sha256, ha.sha256);
+        fs::write(b.join("exp/src/main.rs"), "fn main() {}").unwrap();
+        fs::rename(b.join("exp/src/main.rs"), b.join("exp/src/lib.rs")).unwrap();
+        assert_ne!(hash_sources(&b, &roots).unwrap().sha256, ha.sha256);
+        fs::remove_dir_all(&a).unwrap();
+        fs::remove_dir_all(&b).unwrap();
+    }
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("source-hash-test-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn hex_is_lowercase() {
+        assert_eq!(hex(&[0x00, 0xab, 0x7f]), "00ab7f");
+    }
+}

@@ -1,0 +1,65 @@
+//! The hash covers what an experiment's binary links, on this workspace's real dependency graph:
+//! editing the audit, the report, another experiment or a test leaves an artifact fresh; editing
+//! the engine, the experiment itself or `Cargo.lock` makes it stale.
+
+use source_hash::{find_workspace, hash_sources, hashed_roots, linked_crates};
+use std::path::Path;
+use std::process::Command;
+
+fn real() -> std::path::PathBuf {
+    find_workspace(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn an_experiment_links_the_layers_below_it_and_nothing_beside_or_above() {
+    let mut crates = linked_crates(&real(), "experiments/scheduler").unwrap();
+    assert_eq!(crates[0], "experiments/scheduler");
+    crates.sort();
+    assert_eq!(
+        crates,
+        [
+            "crates/common",
+            "crates/engine",
+            "crates/records",
+            "crates/source-hash",
+            "crates/supply",
+            "experiments/scheduler"
+        ]
+    );
+}
+
+#[test]
+fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_changes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::create_dir_all(root.join("experiments")).unwrap();
+    for item in ["Cargo.toml", "Cargo.lock", "crates", "experiments/scheduler", "experiments/serving-bench"] {
+        let status = Command::new("cp").arg("-r").arg(real().join(item)).arg(root.join(item)).status().unwrap();
+        assert!(status.success(), "copying {item}");
+    }
+    let hash = || hash_sources(root, &hashed_roots(root, "experiments/scheduler").unwrap()).unwrap().sha256;
+    let before = hash();
+    let append = |file: &str| {
+        let path = root.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.push_str("\n// edited\n");
+        std::fs::write(&path, text).unwrap();
+    };
+    for unlinked in [
+        "crates/audit/src/lib.rs",
+        "crates/report/src/lib.rs",
+        "crates/tools/src/registry.rs",
+        "experiments/serving-bench/src/lib.rs",
+        "crates/engine/tests/new_test.rs",
+        "crates/common/benches/engine.rs",
+    ] {
+        append(unlinked);
+        assert_eq!(hash(), before, "editing {unlinked} changed the scheduler's source hash");
+    }
+    for linked in ["crates/engine/src/qwen.rs", "experiments/scheduler/src/lib.rs", "Cargo.lock"] {
+        let was = hash();
+        append(linked);
+        assert_ne!(hash(), was, "editing {linked} left the scheduler's source hash unchanged");
+    }
+}

@@ -1,0 +1,20 @@
+//! Model supply, the bottom layer: what a model and a run must be, where things live, and how a
+//! pinned model's files are found (or made) and verified before anything loads them.
+//!
+//! - [`digest`], [`pin`], [`manifest`], [`workspace`]: digests, model pins, experiment manifests,
+//!   the workspace's folders.
+//! - [`resolve`], [`generate`]: finding (or generating) a pinned model's files, verified.
+//! - [`config`], [`weights`]: a checkpoint's `config.json`, and the precision its weights are held in.
+//! - [`gguf`]: export of a checkpoint for llama.cpp.
+//!
+//! Knows nothing of the engine or of any experiment.
+
+pub mod config;
+pub mod digest;
+pub mod generate;
+pub mod gguf;
+pub mod manifest;
+pub mod pin;
+pub mod resolve;
+pub mod weights;
+pub mod workspace;

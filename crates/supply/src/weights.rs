@@ -1,0 +1,37 @@
+//! The precision a model's weight matrices are held in: part of how a model is supplied to a run
+//! (and recorded in its provenance), so it lives below both the engine and the records.
+
+/// What the weight matrices are stored in. Activations, accumulation, norms and the KV cache are
+/// F32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightDtype {
+    /// The checkpoint's values, exactly: results comparable with the F32 references.
+    #[default]
+    F32,
+    /// Rounded to F16 at load: half the bytes to stream per step. Exact for BF16-stored values
+    /// within F16's normal range (6.1e-5 to 65504); others lose bits, vanish or overflow.
+    F16,
+    /// Rounded to BF16 at load: half the bytes to stream per step, and exact for checkpoints
+    /// stored in BF16 (as Qwen2.5's are), whose values it holds bit for bit.
+    Bf16,
+}
+
+impl WeightDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDtype::F32 => "f32",
+            WeightDtype::F16 => "f16",
+            WeightDtype::Bf16 => "bf16",
+        }
+    }
+
+    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+        match name {
+            "f32" => Ok(WeightDtype::F32),
+            "f16" => Ok(WeightDtype::F16),
+            "bf16" => Ok(WeightDtype::Bf16),
+            _ => Err(format!("unknown weight dtype `{name}`; known: f32, f16, bf16")),
+        }
+    }
+}

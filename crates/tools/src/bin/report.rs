@@ -1,0 +1,74 @@
+//! `report`: render artifacts (ours or the predecessor's seeds) into pictures and one Markdown
+//! page, and compare two artifacts of one experiment side by side.
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use common::workspace::Workspace;
+use report::{charts, page, view};
+use std::path::{Path, PathBuf};
+use tools::registry::EXPERIMENTS;
+
+#[derive(Parser)]
+#[command(about = "Render artifacts into SVG/PNG charts and one Markdown page; compare two artifacts")]
+struct Cli {
+    /// Artifacts to render [default: the newest artifact of each manifest under artifacts/].
+    artifacts: Vec<PathBuf>,
+    /// Output folder [default: artifacts/reports].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Compare two artifacts of the same experiment (A then B), with ratios B / A.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    compare: Vec<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The newest artifact in each folder holding artifacts (one per experiment and manifest).
+fn newest_per_manifest(dir: &Path, reports: &Path) -> Vec<PathBuf> {
+    let mut by_dir: std::collections::BTreeMap<PathBuf, PathBuf> = Default::default();
+    for file in audit::artifact_files(dir).into_iter().filter(|f| !f.starts_with(reports)) {
+        let parent = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let newer = by_dir.get(&parent).is_none_or(|current| file > *current);
+        if newer {
+            by_dir.insert(parent, file);
+        }
+    }
+    by_dir.into_values().collect()
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let ws = Workspace::discover()?;
+    let out = cli.out.unwrap_or_else(|| ws.artifacts_dir().join("reports"));
+    let inputs = if cli.artifacts.is_empty() && cli.compare.is_empty() {
+        newest_per_manifest(&ws.artifacts_dir(), &out)
+    } else {
+        cli.artifacts.clone()
+    };
+    if inputs.is_empty() && cli.compare.is_empty() {
+        bail!("no artifacts under artifacts/ yet: run `just reproduce`, or name artifact files");
+    }
+    charts::init_font().map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&out)?;
+    let mut md = String::from("# Report\n\nRendered from artifacts alone by `just report`.\n\n");
+    for path in &inputs {
+        let artifact = view::load(path, EXPERIMENTS).map_err(anyhow::Error::msg)?;
+        md.push_str(&page::section(&artifact, &out).map_err(anyhow::Error::msg)?);
+        println!("rendered {}", ws.display_path(path));
+    }
+    if let [a, b] = cli.compare.as_slice() {
+        let (a, b) = (
+            view::load(a, EXPERIMENTS).map_err(anyhow::Error::msg)?,
+            view::load(b, EXPERIMENTS).map_err(anyhow::Error::msg)?,
+        );
+        md.push_str(&page::compare(&a, &b).map_err(anyhow::Error::msg)?);
+    }
+    let page_path = out.join("report.md");
+    common::artifact::write_replace(&page_path, md.as_bytes())?;
+    println!("report: {}", ws.display_path(&page_path));
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `reproduce`: run every experiment on every manifest whose model is available, audit each fresh
+//! artifact, then print a table of what was reproduced, skipped (and why) or failed. Run it through `just reproduce`,
+//! which builds the experiment binaries first.
+
+use anyhow::Result;
+use audit::{Audit, Verdict};
+use clap::Parser;
+use common::resolve::{resolve, ResolveError, ResolveOptions};
+use common::workspace::Workspace;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use tools::registry::EXPERIMENTS;
+
+#[derive(Parser)]
+#[command(about = "Run every experiment on every manifest whose model is available; print a summary")]
+struct Cli {
+    /// Treat a skipped manifest (model not available) as a failure.
+    #[arg(long)]
+    strict: bool,
+    /// Never download a model.
+    #[arg(long)]
+    offline: bool,
+    /// Only these experiments (repeatable).
+    #[arg(long)]
+    only: Vec<String>,
+}
+
+enum Outcome {
+    Reproduced(String),
+    Skipped(String),
+    Failed(String),
+}
+
+fn main() {
+    common::init_tracing();
+    match run(Cli::parse()) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    let ws = Workspace::discover()?;
+    let bin_dir: PathBuf = std::env::current_exe()?.parent().map(Into::into).unwrap_or_default();
+    let manifests: Vec<_> = ws
+        .experiment_manifests()?
+        .into_iter()
+        .filter(|(_, m)| cli.only.is_empty() || cli.only.contains(&m.experiment))
+        .collect();
+    let mut rows = Vec::new();
+    for (i, (path, manifest)) in manifests.iter().enumerate() {
+        let rel = ws.display_path(path);
+        eprintln!("[{}/{}] {} ({rel})", i + 1, manifests.len(), manifest.experiment);
+        let outcome = reproduce_one(&ws, &bin_dir, path, manifest, cli.offline);
+        rows.push((manifest.experiment.clone(), common::manifest::manifest_name(path), outcome));
+    }
+
+    println!();
+    println!("{:<16} {:<24} {:<11} detail", "experiment", "manifest", "result");
+    let (mut ok, mut skipped, mut failed) = (0, 0, 0);
+    for (experiment, manifest, outcome) in &rows {
+        let (label, detail) = match outcome {
+            Outcome::Reproduced(d) => {
+                ok += 1;
+                ("reproduced", d)
+            }
+            Outcome::Skipped(d) => {
+                skipped += 1;
+                ("skipped", d)
+            }
+            Outcome::Failed(d) => {
+                failed += 1;
+                ("FAILED", d)
+            }
+        };
+        println!("{experiment:<16} {manifest:<24} {label:<11} {detail}");
+    }
+    println!("\n{ok} reproduced, {skipped} skipped, {failed} failed");
+    Ok(if failed > 0 || (cli.strict && skipped > 0) { 1 } else { 0 })
+}
+
+fn reproduce_one(
+    ws: &Workspace,
+    bin_dir: &std::path::Path,
+    path: &std::path::Path,
+    manifest: &common::experiment::AnyManifest,
+    offline: bool,
+) -> Outcome {
+    let (experiment, model) = (manifest.experiment.as_str(), manifest.model.as_str());
+    let Some(kind) = EXPERIMENTS.iter().find(|e| e.name() == experiment) else {
+        let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name()).collect();
+        return Outcome::Failed(format!(
+            "`{experiment}` is not a registered experiment ({}); add it to crates/tools/src/registry.rs",
+            names.join(", ")
+        ));
+    };
+    if let Err(e) = kind.check_manifest(manifest) {
+        return Outcome::Failed(format!("{}: {e}", ws.display_path(path)));
+    }
+    let binary = bin_dir.join(experiment);
+    if !binary.is_file() {
+        return Outcome::Failed(format!(
+            "no binary {}: build it first (`just reproduce` does)",
+            ws.display_path(&binary)
+        ));
+    }
+    let pin = match ws.model_pin(model) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    let opts = ResolveOptions { offline, generate_missing: true, ..Default::default() };
+    match resolve(ws, &pin, &opts) {
+        Ok(_) => {}
+        Err(ResolveError::NotFound { tried, .. }) => {
+            return Outcome::Skipped(format!(
+                "model `{model}` not available (tried {tried}); fetch it or pass --model-dir to the experiment"
+            ))
+        }
+        Err(e) => return Outcome::Failed(e.to_string()),
+    }
+    let mut cmd = Command::new(&binary);
+    cmd.arg("--manifest").arg(path).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if offline {
+        cmd.arg("--offline");
+    }
+    let output = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return Outcome::Failed(format!("cannot start {}: {e}", binary.display())),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    let artifact = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or("no artifact").to_string();
+    if output.status.success() {
+        // Every fresh artifact must pass the audit it will face later.
+        let report = Audit { ws, experiments: EXPERIMENTS }.audit_artifact(&ws.root.join(&artifact));
+        match report.verdict {
+            Verdict::Ok => Outcome::Reproduced(artifact),
+            _ => Outcome::Failed(format!("audit: {} ({artifact})", report.first_reason())),
+        }
+    } else {
+        Outcome::Failed(format!("exit status {} ({artifact})", output.status.code().unwrap_or(-1)))
+    }
+}

@@ -1,0 +1,160 @@
+//! The scheduler's checks: the invariants of its artifacts (recomputed from the recorded runs),
+//! the predecessor's seed artifact read for what its fields allow, and pinning a manifest's ids.
+
+use crate::study::{self, Expectations, SchedulerArtifact};
+use common::finding::Findings;
+use common::weights::WeightDtype;
+use serde_json::Value;
+
+/// The invariants of a scheduler artifact, and the manifest's pinned ids when `expectations` is given.
+pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings) {
+    let artifact: SchedulerArtifact = match serde_json::from_value(body.clone()) {
+        Ok(a) => a,
+        Err(e) => return f.wrong("schema", "", format!("does not read as a scheduler artifact: {e}")),
+    };
+    if artifact.runs.is_empty() {
+        // What `--warmup` past every round, or a hand-edited file, leaves: nothing measured.
+        return f.wrong(
+            "invariants",
+            "runs",
+            "no measured runs: the artifact records no round (rounds >= 1 are required)",
+        );
+    }
+    if artifact.source_sha256 != artifact.provenance.source.sha256 {
+        f.wrong("invariants", "source_sha256", "differs from provenance.source.sha256");
+    }
+    if serde_json::to_value(&artifact.parameters).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
+        f.wrong("invariants", "parameters", "differs from provenance.settings.effective");
+    }
+    for (i, run) in artifact.runs.iter().enumerate() {
+        for problem in study::run_invariants(i, run) {
+            let (field, msg) = problem.split_once(": ").unwrap_or((problem.as_str(), "violated"));
+            f.wrong("invariants", field, msg);
+        }
+        for (j, r) in run.requests.iter().enumerate() {
+            match artifact.jobs.iter().find(|job| job.id == r.id) {
+                Some(job) if job.prompt_tokens == r.prompt_tokens => {}
+                _ => f.wrong("invariants", format!("runs[{i}].requests[{j}].prompt_tokens"), "differs from jobs[]"),
+            }
+        }
+    }
+    let (identical, differences) = study::consistency(&artifact.runs);
+    if !identical {
+        f.wrong("invariants", "runs", format!("output ids differ across runs: {}", differences.join("; ")));
+    }
+    if identical != artifact.checks.output_ids_identical || differences != artifact.checks.differences {
+        f.wrong("invariants", "checks.output_ids_identical", "does not match the runs");
+    }
+    let summary = study::summarize_runs(&artifact.runs);
+    if let Some(i) = (0..summary.len().max(artifact.summary.len())).find(|&i| summary.get(i) != artifact.summary.get(i))
+    {
+        f.wrong("invariants", format!("summary[{i}]"), "differs from the statistics recomputed from the runs");
+    }
+    if study::summarize_throughput(&artifact.runs) != artifact.throughput {
+        f.wrong("invariants", "throughput", "differs from the throughput recomputed from the runs");
+    }
+    let ours = artifact.runs.first().map(study::run_ids).unwrap_or_default();
+    let expectations: Option<study::Expectations> = expectations.and_then(|e| serde_json::from_value(e.clone()).ok());
+    if let Some(expected) = expectations.as_ref().and_then(|e| e.output_ids.as_ref()) {
+        let cmp = study::compare_ids("manifest", &ours, expected);
+        // The manifest pins F32 ids; with reduced-precision weights leaving them is recorded in
+        // checks.expected (compared below), not a failure.
+        let f32_weights = artifact.provenance.model.as_ref().is_none_or(|m| m.weights == WeightDtype::F32);
+        if let Some(d) = cmp.first_difference.as_ref().filter(|_| f32_weights) {
+            let request = artifact.runs[0].requests.iter().position(|r| r.id == d.job).unwrap_or(0);
+            f.wrong(
+                "expectations",
+                format!("runs[0].requests[{request}].output_ids[{}]", d.index),
+                format!("job {}: {:?}, the manifest pins {:?}", d.job, d.ours, d.theirs),
+            );
+        }
+        if artifact.checks.expected.as_ref() != Some(&cmp) {
+            f.wrong("invariants", "checks.expected", "does not match a fresh comparison with the manifest");
+        }
+    }
+}
+
+/// A foreign artifact of the scheduler study: `runs` and an `arrival_policy`.
+pub(crate) fn recognises(value: &Value) -> bool {
+    value.get("runs").is_some() && value.get("arrival_policy").is_some()
+}
+
+fn num(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+pub(crate) fn audit_foreign(value: &Value, f: &mut Findings) {
+    let runs = value.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    if runs.is_empty() {
+        return f.wrong("invariants", "runs", "no runs");
+    }
+    f.note("lacks", "runs[].timeline", "no per-step timeline: per-request numbers cannot be recomputed");
+    f.note("lacks", "runs[].requests[].prompt_tokens", "no prompt token counts");
+    let mut first_ids: Option<Vec<(String, Value)>> = None;
+    for (i, run) in runs.iter().enumerate() {
+        let requests = run.get("requests").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut last = f64::NEG_INFINITY;
+        for (j, r) in requests.iter().enumerate() {
+            let at = format!("runs[{i}].requests[{j}]");
+            let (Some(ttft), Some(done), Some(gap)) =
+                (num(r, "ttft_ms"), num(r, "completion_ms"), num(r, "max_gap_ms"))
+            else {
+                f.wrong("invariants", at, "lacks ttft_ms, completion_ms or max_gap_ms");
+                continue;
+            };
+            if ttft > done {
+                f.wrong("invariants", format!("{at}.ttft_ms"), format!("{ttft} > completion_ms {done}"));
+            }
+            if gap > done - ttft + 1e-9 {
+                f.wrong(
+                    "invariants",
+                    format!("{at}.max_gap_ms"),
+                    format!("{gap} > completion_ms - ttft_ms = {}", done - ttft),
+                );
+            }
+            last = last.max(done);
+        }
+        // The predecessor read its clock once more after the last token, so its elapsed time may
+        // exceed the last completion slightly; it may never fall short of it.
+        match num(run, "elapsed_ms") {
+            Some(e) if e + 1e-9 < last => f.wrong(
+                "invariants",
+                format!("runs[{i}].elapsed_ms"),
+                format!("{e} is before the last completion {last}"),
+            ),
+            None => f.wrong("invariants", format!("runs[{i}].elapsed_ms"), "missing"),
+            _ => {}
+        }
+        let mut ids: Vec<(String, Value)> = requests
+            .iter()
+            .map(|r| {
+                (
+                    r.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    r.get("output_ids").cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect();
+        ids.sort_by(|a, b| a.0.cmp(&b.0));
+        match &first_ids {
+            None => first_ids = Some(ids),
+            Some(first) if *first != ids => {
+                f.wrong("invariants", format!("runs[{i}].requests"), "output ids differ from the first run's")
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// The manifest's expectations with the fresh artifact's ids pinned (the predecessor's ids kept).
+pub(crate) fn pin(artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, String> {
+    let artifact: SchedulerArtifact =
+        serde_json::from_value(artifact.clone()).map_err(|e| format!("does not read as a scheduler artifact: {e}"))?;
+    let current: Option<Expectations> = match current {
+        Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| format!("the manifest's expectations: {e}"))?),
+        None => None,
+    };
+    let ids = artifact.runs.first().map(study::run_ids).ok_or("the artifact has no runs")?;
+    let predecessor = current.and_then(|e| e.predecessor);
+    let pinned = Expectations { output_ids: Some(ids), predecessor };
+    serde_json::to_value(pinned).map(Some).map_err(|e| e.to_string())
+}

@@ -1,0 +1,73 @@
+//! The command line: its flags, how they override a manifest's parameters, and what a run records
+//! of them. In the library so that the audit can re-read a recorded `argv`.
+
+use crate::study::Parameters;
+use clap::Parser;
+use common::experiment::ModelArgs;
+use common::policy::Policy;
+use common::schedule::RunConfig;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(about = "Scheduler study: serial and batched policies over per-request KV caches, timed step by step")]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Policies to run (repeatable): fifo, interleave, batched. With --chunk-size, every policy
+    /// runs with every chunk size. [default: the manifest's runs]
+    #[arg(long, value_parser = Policy::parse)]
+    pub policy: Vec<Policy>,
+    /// Prefill chunk sizes in tokens (repeatable, >= 1) for the --policy runs; for batched, the
+    /// step's token budget (decodes included).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub chunk_size: Vec<u64>,
+    /// Requests admitted at once, for every run [default: the manifest's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_active: Option<u64>,
+    /// Measured repetitions of every run [default: the manifest's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: Option<u64>,
+    /// Unrecorded repetitions before the measured ones [default: the manifest's].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+}
+
+/// Applies the command-line overrides to the manifest's parameters.
+impl Args {
+    pub fn effective(&self, base: &Parameters) -> Parameters {
+        let args = self;
+        let mut p = base.clone();
+        if !args.policy.is_empty() || !args.chunk_size.is_empty() {
+            let policies = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
+            let chunks: Vec<Option<usize>> = if args.chunk_size.is_empty() {
+                vec![None]
+            } else {
+                args.chunk_size.iter().map(|c| Some(*c as usize)).collect()
+            };
+            let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
+            p.runs = policies
+                .iter()
+                .flat_map(|&policy| chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active }))
+                .collect();
+        }
+        if let Some(m) = args.max_active {
+            p.runs.iter_mut().for_each(|r| r.max_active = m as usize);
+        }
+        if let Some(r) = args.rounds {
+            p.rounds = r as usize;
+        }
+        if let Some(w) = args.warmup {
+            p.warmup = w as usize;
+        }
+        p
+    }
+
+    /// What the command line asked for, as `provenance.settings.requested` records it.
+    pub fn requested(&self) -> Value {
+        json!({
+            "policy": self.policy.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "chunk_size": self.chunk_size, "max_active": self.max_active,
+            "rounds": self.rounds, "warmup": self.warmup, "model": self.model,
+        })
+    }
+}

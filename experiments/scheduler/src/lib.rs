@@ -1,0 +1,89 @@
+//! The scheduler study (seed 000): jobs over per-request KV caches under each policy, every step
+//! timed on one timeline, per-request TTFT, completion and largest gap derived from it.
+//!
+//! The binary (`main.rs`) runs it; this library is what the workspace tools know of it, through
+//! [`Scheduler`]'s [`Experiment`] implementation: its manifest and artifact types ([`study`]),
+//! its command line ([`cli`]), its invariants, its reading of the predecessor's seed, its pinned
+//! ids and its report section.
+
+mod checks;
+pub mod cli;
+mod report;
+pub mod study;
+
+use clap::Parser;
+use common::chart::{CompareRow, Section};
+use common::experiment::{AnyManifest, Experiment, Settings};
+use common::finding::Findings;
+use common::manifest::ExperimentManifest;
+use common::schema::schema_of;
+use serde_json::Value;
+
+/// The experiment's name.
+pub const EXPERIMENT: &str = "scheduler";
+
+/// The scheduler study, as the workspace tools see it.
+pub struct Scheduler;
+
+impl Experiment for Scheduler {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
+        let parameters: study::Parameters =
+            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
+        parameters.validate()?;
+        if let Some(e) = &manifest.expectations {
+            serde_json::from_value::<study::Expectations>(e.clone()).map_err(|e| format!("expectations: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn schemas(&self) -> Vec<(String, Value)> {
+        vec![
+            (
+                format!("{EXPERIMENT}-manifest.v1"),
+                schema_of::<ExperimentManifest<study::Parameters, study::Expectations>>(),
+            ),
+            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<study::SchedulerArtifact>()),
+        ]
+    }
+
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+        let args = cli::Args::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+        let effective = match manifest_parameters {
+            None => None,
+            Some(base) => {
+                let base: study::Parameters =
+                    serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
+                Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
+            }
+        };
+        Ok(Settings { requested: args.requested(), effective })
+    }
+
+    fn audit(&self, artifact: &Value, expectations: Option<&Value>, findings: &mut Findings) {
+        checks::audit(artifact, expectations, findings)
+    }
+
+    fn recognises(&self, foreign: &Value) -> bool {
+        checks::recognises(foreign)
+    }
+
+    fn audit_foreign(&self, foreign: &Value, findings: &mut Findings) {
+        checks::audit_foreign(foreign, findings)
+    }
+
+    fn pin(&self, artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, String> {
+        checks::pin(artifact, current)
+    }
+
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
+        report::section(title, dir, artifact)
+    }
+
+    fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {
+        report::compare(a, b)
+    }
+}

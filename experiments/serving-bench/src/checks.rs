@@ -1,0 +1,117 @@
+//! The serving benchmark's checks: the invariants of its artifacts (request times in order, every
+//! summary recomputed from the per-request records), and the predecessor's seed read for what its
+//! summary allows.
+
+use common::finding::Findings;
+use serde_json::Value;
+
+fn num(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+/// The invariants of a serving-bench artifact; every summary is recomputed from the requests.
+/// (The manifest pins no expectations: serving numbers are this machine's.)
+pub(crate) fn audit(body: &Value, f: &mut Findings) {
+    let artifact: crate::serving::ServingArtifact = match serde_json::from_value(body.clone()) {
+        Ok(a) => a,
+        Err(e) => return f.wrong("schema", "", format!("does not read as a serving-bench artifact: {e}")),
+    };
+    if serde_json::to_value(&artifact.arguments).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
+        f.wrong("invariants", "arguments", "differs from provenance.settings.effective");
+    }
+    for (i, r) in artifact.requests.iter().enumerate() {
+        let at = |k: &str| format!("requests[{i}].{k}");
+        let mut times =
+            vec![("scheduled_s", Some(r.scheduled_s)), ("sent_s", r.sent_s), ("first_byte_s", r.first_byte_s)];
+        if r.ok() {
+            times.push(("first_token_s", r.first_token_s));
+        }
+        times.push(("end_s", Some(r.end_s)));
+        let present: Vec<(&str, f64)> = times.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        if let Some(w) = present.windows(2).find(|w| w[0].1 > w[1].1) {
+            f.wrong("invariants", at(w[1].0), format!("{} is before {} {}", w[1].1, w[0].0, w[0].1));
+        }
+        if r.ok() && (r.first_token_s.is_none() || r.status.is_none()) {
+            f.wrong("invariants", at("first_token_s"), "a successful request must have a status and a first token");
+        }
+        if r.ok() != r.error_detail.is_none() {
+            f.wrong("invariants", at("error_detail"), "an error class and its detail come together");
+        }
+        if r.ok() && r.chunk_gaps_s.len() as u64 != r.chunks.saturating_sub(1) {
+            f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
+        }
+        if !artifact.runtimes.iter().any(|t| t.name == r.runtime) {
+            f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime));
+        }
+    }
+    let fresh = crate::serving::summarize_all(&artifact.runtimes, &artifact.requests);
+    for i in 0..fresh.len().max(artifact.summary.len()) {
+        match (fresh.get(i), artifact.summary.get(i)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => {
+                let key = a.keys().chain(b.keys()).find(|k| a.get(*k) != b.get(*k)).cloned().unwrap_or_default();
+                f.wrong(
+                    "invariants",
+                    format!("summary[{i}].{key}"),
+                    format!(
+                        "recorded {}, recomputed from the requests {}",
+                        b.get(&key).unwrap_or(&Value::Null),
+                        a.get(&key).unwrap_or(&Value::Null)
+                    ),
+                );
+            }
+            _ => f.wrong("invariants", format!("summary[{i}]"), "the groups differ from those of the requests"),
+        }
+    }
+}
+
+/// A foreign artifact of the serving benchmark: a `summary` and `runtimes`.
+pub(crate) fn recognises(value: &Value) -> bool {
+    value.get("summary").is_some() && value.get("runtimes").is_some()
+}
+
+pub(crate) fn audit_foreign(value: &Value, f: &mut Findings) {
+    let rows = value.get("summary").and_then(Value::as_array).cloned().unwrap_or_default();
+    f.note("lacks", "requests", "no per-request records: summary statistics cannot be recomputed");
+    let rounds = value.pointer("/arguments/rounds").and_then(Value::as_f64);
+    for (i, row) in rows.iter().enumerate() {
+        let at = |k: &str| format!("summary[{i}].{k}");
+        let (req, ok, failed) = (num(row, "requests"), num(row, "successes"), num(row, "failures"));
+        match (req, ok, failed) {
+            (Some(r), Some(s), Some(x)) if r != s + x => {
+                f.wrong("invariants", at("requests"), format!("{r} != successes {s} + failures {x}"))
+            }
+            (Some(_), Some(_), Some(_)) => {}
+            _ => f.wrong("invariants", at("requests"), "requests, successes or failures missing"),
+        }
+        if let (Some(r), Some(rounds), Some(c)) = (req, rounds, num(row, "concurrency")) {
+            if r != rounds * c {
+                f.wrong("invariants", at("requests"), format!("{r} != rounds {rounds} x concurrency {c}"));
+            }
+        }
+        for metric in ["ttft_s", "total_s", "prompt_tps", "decode_tps", "request_tps", "aggregate_output_tps"] {
+            let (mean, p50, p95) = (
+                num(row, &format!("{metric}_mean")),
+                num(row, &format!("{metric}_p50")),
+                num(row, &format!("{metric}_p95")),
+            );
+            match (mean, p50, p95) {
+                (None, None, None) => f.note("lacks", at(&format!("{metric}_*")), "null: never measured"),
+                (Some(_), Some(p50), Some(p95)) if p50 > p95 => {
+                    f.wrong("invariants", at(&format!("{metric}_p50")), format!("{p50} > {metric}_p95 {p95}"))
+                }
+                (Some(m), Some(_), Some(_)) if !(m.is_finite() && m >= 0.0) => {
+                    f.wrong("invariants", at(&format!("{metric}_mean")), format!("{m} is not a non-negative number"))
+                }
+                (Some(_), Some(_), Some(_)) => {}
+                _ => f.wrong("invariants", at(metric), "mean, p50 and p95 must all be present or all null"),
+            }
+        }
+        if let (Some(t), Some(total)) = (num(row, "ttft_s_p50"), num(row, "total_s_p50")) {
+            if t > total {
+                f.wrong("invariants", at("ttft_s_p50"), format!("{t} > total_s_p50 {total}"));
+            }
+        }
+        f.note("lacks", at("ttft_s_p99"), "no p99, no sample count n, no TPOT or inter-chunk gaps");
+    }
+}

@@ -1,0 +1,192 @@
+//! The command line: `serve` and the benchmark's flags, the seed's settings, and what a run records
+//! of its flags. In the library so that the audit can re-read a recorded `argv`.
+
+use crate::serving::{self, Parameters};
+use clap::{Args, Parser, Subcommand};
+use common::experiment::ModelArgs;
+use common::policy::Policy;
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(
+    about = "Serving benchmark: streaming TTFT, latency and throughput against OpenAI- and Ollama-compatible servers"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the embedded OpenAI- and Ollama-compatible server until Ctrl-C.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Experiment manifest whose model to serve [default: manifests/serving-bench/tiny.json].
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<std::path::PathBuf>,
+    /// Serve this local Qwen2 checkpoint folder instead (verified when --manifest is given too).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<std::path::PathBuf>,
+    /// Never download a model.
+    #[arg(long)]
+    pub offline: bool,
+    /// Weight matrices in f32 (the checkpoint exactly), or f16 / bf16 (half the bytes per step).
+    #[arg(long, default_value = "f32", value_parser = common::qwen::WeightDtype::parse)]
+    pub dtype: common::qwen::WeightDtype,
+    /// Address to bind; anything but loopback exposes the server to the network (a warning says
+    /// so).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// How the engine steps admitted requests: batched (every request in each step, new ones
+    /// joining as slots free), interleave (one request per step, in turn), or fifo (one request
+    /// to completion at a time).
+    #[arg(long, default_value = "batched", value_parser = Policy::parse)]
+    pub policy: Policy,
+    /// Requests admitted into the engine at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_active: u64,
+    /// Prefill chunk size in tokens; for batched, the step's token budget (decodes included).
+    /// [default: whole prompts in one step]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub chunk_size: Option<u64>,
+    /// Requests waiting beyond the active ones; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub queue: u64,
+    /// Largest request body in bytes; larger ones are answered 400.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub max_body_bytes: u64,
+    /// Open connections at once; more are answered 503 and closed (lowered to fit the process's
+    /// file limit).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Seconds a client has to send a request's head (and again its body); slower ones are cut.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub header_timeout: f64,
+    /// Seconds a kept-alive connection may stay idle between requests before it is closed.
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+    pub idle_timeout: f64,
+}
+
+/// A positive number of seconds, at most a week.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= serving::MAX_TIMEOUT_S {
+        Ok(v)
+    } else {
+        Err(format!("{v}: must be above 0 and at most {} seconds", serving::MAX_TIMEOUT_S))
+    }
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable; targets take turns
+    /// round by round, and each is compared with the first). URL `embedded` is the embedded
+    /// server on the manifest's model. Without any, the embedded server through both APIs.
+    #[arg(long, value_name = "KIND=URL")]
+    pub target: Vec<String>,
+    /// Model name to request [default: the first model each server lists].
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Unrecorded requests per target first [default: the manifest's].
+    #[arg(long)]
+    pub warmups: Option<usize>,
+    /// Rounds per concurrency level [default: the manifest's].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Concurrency levels, comma-separated [default: the manifest's].
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// Cap on generated tokens per request [default: the manifest's].
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Seed sent with every request, for servers that sample [default: the manifest's].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Seconds to connect [default: the manifest's].
+    #[arg(long)]
+    pub connect_timeout: Option<f64>,
+    /// Seconds from sending to the first generated text [default: the manifest's].
+    #[arg(long)]
+    pub first_token_timeout: Option<f64>,
+    /// Seconds of silence allowed inside a stream [default: the manifest's].
+    #[arg(long)]
+    pub idle_timeout: Option<f64>,
+    /// Seconds for a whole request [default: the manifest's].
+    #[arg(long)]
+    pub timeout: Option<f64>,
+}
+
+impl BenchArgs {
+    /// Applies the command-line overrides to the manifest's parameters.
+    pub fn effective(&self, base: Parameters) -> Parameters {
+        let args = self;
+        let mut p = base;
+        if let Some(v) = args.warmups {
+            p.warmups = v
+        }
+        if let Some(v) = args.rounds {
+            p.rounds = v
+        }
+        if !args.concurrency.is_empty() {
+            p.concurrency = args.concurrency.clone()
+        }
+        if let Some(v) = args.max_tokens {
+            p.max_tokens = v
+        }
+        if let Some(v) = args.seed {
+            p.seed = v
+        }
+        if let Some(v) = args.connect_timeout {
+            p.connect_timeout_s = v
+        }
+        if let Some(v) = args.first_token_timeout {
+            p.first_token_timeout_s = v
+        }
+        if let Some(v) = args.idle_timeout {
+            p.idle_timeout_s = v
+        }
+        if let Some(v) = args.timeout {
+            p.total_timeout_s = v
+        }
+        p
+    }
+
+    /// What the command line asked for, as `provenance.settings.requested` records it.
+    pub fn requested(&self) -> Value {
+        json!({
+            "target": self.target, "model_name": self.model_name, "warmups": self.warmups, "rounds": self.rounds,
+            "concurrency": self.concurrency, "max_tokens": self.max_tokens, "seed": self.seed,
+            "connect_timeout": self.connect_timeout, "first_token_timeout": self.first_token_timeout,
+            "idle_timeout": self.idle_timeout, "timeout": self.timeout, "model": self.model,
+        })
+    }
+}
+
+/// The seed's settings, for runs against external servers without a manifest.
+pub fn seed_parameters() -> Parameters {
+    Parameters {
+        warmups: 2,
+        rounds: 5,
+        concurrency: vec![1, 4],
+        max_tokens: 128,
+        seed: 42,
+        connect_timeout_s: 10.0,
+        first_token_timeout_s: 600.0,
+        idle_timeout_s: 600.0,
+        total_timeout_s: 600.0,
+        server_max_active: 4,
+        server_queue: 64,
+        server_policy: Policy::Batched,
+        server_chunk_size: None,
+    }
+}

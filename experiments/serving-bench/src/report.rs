@@ -1,0 +1,150 @@
+//! The serving benchmark's report section: the summary table, latency by percentile per group
+//! (from the requests where kept, else the summary's percentiles, as in the seed), throughput
+//! bars; and its side of `report --compare`, groups paired by concurrency level.
+
+use common::chart::{Chart, CompareRow, Grouped, Percentiles, Section};
+use serde_json::Value;
+use std::fmt::Write;
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "-".into(),
+    }
+}
+
+const SERVING_COLUMNS: [(&str, &str, f64, usize); 7] = [
+    ("ttft_s_p50", "TTFT p50 ms", 1000.0, 1),
+    ("ttft_s_p95", "TTFT p95 ms", 1000.0, 1),
+    ("total_s_p50", "total p50 ms", 1000.0, 1),
+    ("total_s_p95", "total p95 ms", 1000.0, 1),
+    ("decode_tps_mean", "decode tok/s", 1.0, 1),
+    ("request_tps_mean", "request tok/s", 1.0, 1),
+    ("aggregate_output_tps_mean", "aggregate tok/s", 1.0, 1),
+];
+
+pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, String> {
+    let groups = serving_groups(a);
+    let mut section = Section::new(dir);
+    let mut md = String::new();
+    let _ = writeln!(md, "## Serving benchmark: {title}\n");
+    let header: Vec<&str> = SERVING_COLUMNS.iter().map(|c| c.1).collect();
+    let _ = writeln!(
+        md,
+        "| group | requests | failures | {} |\n|---|---|---|{}",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
+    for (label, row) in &groups {
+        let cells: Vec<String> = SERVING_COLUMNS
+            .iter()
+            .map(|(k, _, scale, d)| num(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
+            .collect();
+        let _ = writeln!(md, "| {label} | {} | {} | {} |", row["requests"], row["failures"], cells.join(" | "));
+    }
+    md.push('\n');
+    for (metric, title) in [("ttft_s", "time to first token"), ("total_s", "total latency")] {
+        let lines = groups
+            .iter()
+            .map(|(label, row)| {
+                let points = match serving_samples(a, row, metric) {
+                    Some(v) if v.len() > 1 => v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| (100.0 * i as f64 / (v.len() - 1) as f64, x * 1000.0))
+                        .collect(),
+                    // Only the summary survives (the seeds): its percentiles are the points.
+                    _ => [(50.0, "p50"), (95.0, "p95"), (99.0, "p99")]
+                        .iter()
+                        .filter_map(|(p, s)| {
+                            row.get(format!("{metric}_{s}")).and_then(Value::as_f64).map(|v| (*p, v * 1000.0))
+                        })
+                        .collect(),
+                };
+                (label.clone(), points)
+            })
+            .collect();
+        let chart = Percentiles { title: format!("{title} by percentile"), y_label: "milliseconds".into(), lines };
+        section.markdown.push_str(&std::mem::take(&mut md));
+        section.image(&format!("percentiles-{metric}"), title, Chart::Percentiles(chart));
+    }
+    let chart = Grouped {
+        title: "decode and aggregate output tokens/s (means)".into(),
+        y_label: "tokens per second".into(),
+        categories: groups.iter().map(|g| g.0.clone()).collect(),
+        series: [("decode_tps_mean", "decode tok/s"), ("aggregate_output_tps_mean", "aggregate tok/s")]
+            .iter()
+            .map(|(k, name)| {
+                (
+                    name.to_string(),
+                    groups.iter().map(|(_, r)| (r.get(*k).and_then(Value::as_f64).unwrap_or(f64::NAN), None)).collect(),
+                )
+            })
+            .collect(),
+    };
+    section.markdown.push_str(&md);
+    section.image("throughput", "throughput", Chart::Grouped(chart));
+    Ok(section)
+}
+
+/// Per concurrency level, each summary column of A's group beside B's.
+pub(crate) fn compare(a: &Value, b: &Value) -> Vec<CompareRow> {
+    let (ga, gb) = (serving_groups(a), serving_groups(b));
+    let mut rows = Vec::new();
+    // Groups pair by concurrency level, in order (runtimes differ in name across machines).
+    for (la, ra) in &ga {
+        let c = ra.get("concurrency");
+        let Some((lb, rb)) = gb.iter().find(|(_, r)| r.get("concurrency") == c) else { continue };
+        for (k, label, scale, _) in SERVING_COLUMNS {
+            rows.push((
+                format!("{la} vs {lb}: {label}"),
+                ra.get(k).and_then(Value::as_f64).map(|v| v * scale),
+                rb.get(k).and_then(Value::as_f64).map(|v| v * scale),
+            ));
+        }
+    }
+    rows
+}
+
+/// The serving summary rows, each labelled `runtime c=N`.
+fn serving_groups(a: &Value) -> Vec<(String, Value)> {
+    a.get("summary")
+        .and_then(Value::as_array)
+        .map(|rows| {
+            rows.iter()
+                .map(|r| {
+                    let label = format!(
+                        "{} c={}",
+                        r.get("runtime").and_then(Value::as_str).unwrap_or("?"),
+                        r.get("concurrency").and_then(Value::as_u64).unwrap_or(0)
+                    );
+                    (label, r.clone())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Per-request values of a metric for one group, when the artifact keeps its requests.
+fn serving_samples(a: &Value, row: &Value, metric: &str) -> Option<Vec<f64>> {
+    let requests = a.get("requests").and_then(Value::as_array)?;
+    let runtime = row.get("runtime")?;
+    let concurrency = row.get("concurrency")?;
+    let mut values: Vec<f64> = requests
+        .iter()
+        .filter(|r| {
+            r.get("runtime") == Some(runtime)
+                && r.get("concurrency") == Some(concurrency)
+                && r.get("error").is_some_and(Value::is_null)
+        })
+        .filter_map(|r| {
+            let start = r.get("scheduled_s")?.as_f64()?;
+            match metric {
+                "ttft_s" => Some(r.get("first_token_s")?.as_f64()? - start),
+                _ => Some(r.get("end_s")?.as_f64()? - start),
+            }
+        })
+        .collect();
+    values.sort_by(f64::total_cmp);
+    Some(values)
+}

@@ -1,0 +1,441 @@
+//! The serving benchmark (seed 001): per-request records, the metric definitions, and the
+//! per-(target, concurrency) summary with the seed's field names. Shared by the binary, which
+//! measures, and the checks the audit runs through [`crate::ServingBench`], which recomputes every summary from the records.
+//!
+//! Metric definitions (DESIGN.md): `ttft` is request start to the first chunk with non-empty
+//! generated text; `total` is request start to end of stream; `decode_tps` is Ollama's
+//! `eval_count / eval_duration` when the server gives it, else `output_tokens / (total - ttft)`;
+//! `tpot` is `(total - ttft) / (output_tokens - 1)`; `request_tps` is `output_tokens / total`;
+//! `aggregate_output_tps` is a round's successful output tokens over that round's wall time.
+//! Percentiles interpolate linearly between order statistics.
+
+use common::policy::Policy;
+use common::provenance::Provenance;
+use common::stats::summarize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// The TCP connection could not be made (refused, unreachable, connect timeout).
+    Connect,
+    /// The server answered with a non-2xx status.
+    HttpStatus,
+    /// No generated text within the first-token timeout.
+    FirstTokenTimeout,
+    /// A gap between two reads longer than the idle timeout.
+    IdleTimeout,
+    /// The whole request took longer than the total timeout.
+    TotalTimeout,
+    /// The stream ended before its final event.
+    TruncatedStream,
+    /// The server sent an error object in the stream.
+    ErrorEvent,
+    /// A line or event that is not the JSON the protocol promises.
+    BadJson,
+}
+
+/// Where an output token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The OpenAI `usage.completion_tokens` of the server.
+    Usage,
+    /// Ollama's `eval_count`.
+    OllamaCounters,
+    /// The number of chunks with generated text (a lower bound when a chunk holds several tokens).
+    Chunks,
+}
+
+/// One request, as the client saw it. Times are seconds on the client's monotonic clock, from
+/// the start of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRecord {
+    pub runtime: String,
+    pub concurrency: usize,
+    /// 0-based measured round.
+    pub round: usize,
+    /// Position within the round.
+    pub index: usize,
+    /// Which prompt (`short`, `medium`, `code`).
+    pub prompt: String,
+    pub scheduled_s: f64,
+    pub sent_s: Option<f64>,
+    pub first_byte_s: Option<f64>,
+    pub first_token_s: Option<f64>,
+    pub end_s: f64,
+    /// HTTP status, when one arrived.
+    pub status: Option<u16>,
+    /// `None` on success.
+    pub error: Option<ErrorClass>,
+    pub error_detail: Option<String>,
+    pub finish_reason: Option<String>,
+    /// Token counts by source, when the source gave one.
+    pub usage_completion_tokens: Option<u64>,
+    pub usage_prompt_tokens: Option<u64>,
+    pub ollama_eval_count: Option<u64>,
+    pub ollama_eval_duration_ns: Option<u64>,
+    pub ollama_prompt_eval_count: Option<u64>,
+    pub ollama_prompt_eval_duration_ns: Option<u64>,
+    pub chunks: u64,
+    /// Gaps between consecutive chunks with generated text, seconds.
+    pub chunk_gaps_s: Vec<f64>,
+}
+
+impl RequestRecord {
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// Output tokens and where the count came from: server usage, then Ollama, then chunks.
+    pub fn output_tokens(&self) -> (u64, TokenSource) {
+        if let Some(n) = self.usage_completion_tokens {
+            (n, TokenSource::Usage)
+        } else if let Some(n) = self.ollama_eval_count {
+            (n, TokenSource::OllamaCounters)
+        } else {
+            (self.chunks, TokenSource::Chunks)
+        }
+    }
+
+    pub fn ttft(&self) -> Option<f64> {
+        self.first_token_s.map(|t| t - self.scheduled_s)
+    }
+
+    pub fn total(&self) -> f64 {
+        self.end_s - self.scheduled_s
+    }
+
+    pub fn decode_tps(&self) -> Option<f64> {
+        if let (Some(n), Some(ns)) = (self.ollama_eval_count, self.ollama_eval_duration_ns) {
+            return (ns > 0).then(|| n as f64 / (ns as f64 / 1e9));
+        }
+        let (n, _) = self.output_tokens();
+        let decode = self.total() - self.ttft()?;
+        (decode > 0.0).then(|| n as f64 / decode)
+    }
+
+    pub fn tpot(&self) -> Option<f64> {
+        let (n, _) = self.output_tokens();
+        (n > 1).then(|| (self.total() - self.ttft().unwrap_or(0.0)) / (n - 1) as f64).filter(|_| self.ttft().is_some())
+    }
+
+    pub fn request_tps(&self) -> Option<f64> {
+        let total = self.total();
+        (total > 0.0).then(|| self.output_tokens().0 as f64 / total)
+    }
+
+    /// Prefill tokens per second, where the server says how long prefill took (Ollama's
+    /// `prompt_eval_count / prompt_eval_duration`); `None` otherwise.
+    pub fn prompt_tps(&self) -> Option<f64> {
+        match (self.ollama_prompt_eval_count, self.ollama_prompt_eval_duration_ns) {
+            (Some(n), Some(ns)) if ns > 0 => Some(n as f64 / (ns as f64 / 1e9)),
+            _ => None,
+        }
+    }
+}
+
+/// mean / p50 / p95 / p99 and n of one metric, flattened into the seed's `<metric>_<stat>` names.
+fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
+    let s = summarize(values);
+    for (stat, v) in [("mean", s.mean), ("p50", s.p50), ("p95", s.p95), ("p99", s.p99)] {
+        row.insert(format!("{metric}_{stat}"), serde_json::json!(v));
+    }
+    row.insert(format!("{metric}_n"), serde_json::json!(s.n));
+}
+
+/// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
+/// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
+/// count sources used, and why `prompt_tps` is null when it is.
+pub fn summarize_group(
+    runtime: &str,
+    model: &str,
+    concurrency: usize,
+    records: &[&RequestRecord],
+) -> BTreeMap<String, serde_json::Value> {
+    let ok: Vec<&&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let mut row = BTreeMap::new();
+    row.insert("runtime".into(), serde_json::json!(runtime));
+    row.insert("model".into(), serde_json::json!(model));
+    row.insert("concurrency".into(), serde_json::json!(concurrency));
+    row.insert("requests".into(), serde_json::json!(records.len()));
+    row.insert("successes".into(), serde_json::json!(ok.len()));
+    row.insert("failures".into(), serde_json::json!(records.len() - ok.len()));
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records.iter().filter_map(|r| r.error) {
+        *classes.entry(serde_json::to_value(r).unwrap().as_str().unwrap_or_default().to_string()).or_default() += 1;
+    }
+    row.insert("failures_by_class".into(), serde_json::json!(classes));
+    let collect = |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
+    put(&mut row, "ttft_s", &collect(RequestRecord::ttft));
+    put(&mut row, "total_s", &collect(|r| Some(r.total())));
+    let prompt = collect(RequestRecord::prompt_tps);
+    put(&mut row, "prompt_tps", &prompt);
+    row.insert(
+        "prompt_tps_note".into(),
+        serde_json::json!(if prompt.is_empty() && !ok.is_empty() {
+            Some("the server reported no prefill duration (OpenAI-compatible APIs do not); only Ollama's prompt_eval counters give it")
+        } else {
+            None
+        }),
+    );
+    put(&mut row, "decode_tps", &collect(RequestRecord::decode_tps));
+    put(&mut row, "tpot_s", &collect(RequestRecord::tpot));
+    put(&mut row, "request_tps", &collect(RequestRecord::request_tps));
+    let gaps: Vec<f64> = ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect();
+    put(&mut row, "chunk_gap_s", &gaps);
+    // Aggregate throughput: per round, successful output tokens over the round's wall time.
+    let mut rounds: BTreeMap<usize, Vec<&RequestRecord>> = BTreeMap::new();
+    for r in records {
+        rounds.entry(r.round).or_default().push(r);
+    }
+    let aggregate: Vec<f64> = rounds.values().filter_map(|rs| aggregate_tps(rs)).collect();
+    put(&mut row, "aggregate_output_tps", &aggregate);
+    let mut sources: Vec<String> = ok.iter().map(|r| format!("{:?}", r.output_tokens().1).to_lowercase()).collect();
+    sources.sort();
+    sources.dedup();
+    row.insert("output_token_sources".into(), serde_json::json!(sources));
+    row
+}
+
+/// One round's successful output tokens over its wall time (first scheduled to last end).
+pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
+    let start = round.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+    let end = round.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
+    let tokens: u64 = round.iter().filter(|r| r.ok()).map(|r| r.output_tokens().0).sum();
+    (end > start).then(|| tokens as f64 / (end - start))
+}
+
+/// Summaries of every (runtime, concurrency) group, in the order the groups first appear.
+pub fn summarize_all(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<BTreeMap<String, serde_json::Value>> {
+    let mut order: Vec<(String, usize)> = Vec::new();
+    for r in records {
+        let key = (r.runtime.clone(), r.concurrency);
+        if !order.contains(&key) {
+            order.push(key);
+        }
+    }
+    order
+        .into_iter()
+        .map(|(runtime, c)| {
+            let group: Vec<&RequestRecord> =
+                records.iter().filter(|r| r.runtime == runtime && r.concurrency == c).collect();
+            let model = runtimes.iter().find(|t| t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
+            summarize_group(&runtime, model, c, &group)
+        })
+        .collect()
+}
+
+/// A server under test (the seed's `runtimes` entries).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    pub name: String,
+    /// `openai` or `ollama`.
+    pub kind: String,
+    pub base_url: String,
+    pub model: String,
+}
+
+/// The benchmark's parameters: the manifest's `parameters` and the artifact's `arguments` (the
+/// seed's names where it had them; its single `timeout` is split into four).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parameters {
+    /// Unrecorded requests per target before the measured ones.
+    pub warmups: usize,
+    /// Rounds per concurrency level; a round at concurrency c sends c requests at once.
+    pub rounds: usize,
+    pub concurrency: Vec<usize>,
+    pub max_tokens: usize,
+    pub seed: u64,
+    pub connect_timeout_s: f64,
+    pub first_token_timeout_s: f64,
+    pub idle_timeout_s: f64,
+    pub total_timeout_s: f64,
+    /// The embedded server's concurrent requests and queue length (unused for external targets).
+    pub server_max_active: usize,
+    pub server_queue: usize,
+    /// How the embedded server steps its requests (unused for external targets).
+    #[serde(default = "batched")]
+    pub server_policy: Policy,
+    /// The embedded server's prefill chunk size; for `batched`, its step's token budget. `None`:
+    /// whole prompts in one step.
+    #[serde(default)]
+    pub server_chunk_size: Option<usize>,
+}
+
+fn batched() -> Policy {
+    Policy::Batched
+}
+
+/// The longest timeout accepted, in seconds (a week): beyond it a deadline is no deadline, and
+/// far beyond it the clock's arithmetic overflows.
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 86_400.0;
+
+impl Parameters {
+    /// One line per problem, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rounds == 0 {
+            return Err("rounds: 0; must be at least 1".into());
+        }
+        if self.concurrency.is_empty() || self.concurrency.contains(&0) {
+            return Err("concurrency: every level must be at least 1".into());
+        }
+        if self.max_tokens == 0 {
+            return Err("max_tokens: 0; must be at least 1".into());
+        }
+        for (name, v) in [
+            ("connect_timeout_s", self.connect_timeout_s),
+            ("first_token_timeout_s", self.first_token_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+            ("total_timeout_s", self.total_timeout_s),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
+                return Err(format!("{name}: {v}; must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"));
+            }
+        }
+        if self.server_max_active == 0 {
+            return Err("server_max_active: 0; must be at least 1".into());
+        }
+        if self.server_chunk_size == Some(0) {
+            return Err("server_chunk_size: 0; must be at least 1 (or absent for whole prompts)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The machine of the client (the seed's `host`; provenance has the details).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientHost {
+    pub platform: String,
+    pub machine: String,
+    pub rust: String,
+}
+
+/// The serving-benchmark artifact: the seed's fields plus every request and provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServingArtifact {
+    pub run_id: String,
+    pub created_at: String,
+    pub host: ClientHost,
+    pub arguments: Parameters,
+    pub runtimes: Vec<Runtime>,
+    /// Server versions as each reported it.
+    pub versions: BTreeMap<String, serde_json::Value>,
+    /// What each server said about its model.
+    pub model_metadata: BTreeMap<String, serde_json::Value>,
+    pub prompts: BTreeMap<String, String>,
+    pub measurement_notes: BTreeMap<String, String>,
+    pub completed_at: String,
+    pub summary: Vec<BTreeMap<String, serde_json::Value>>,
+    pub requests: Vec<RequestRecord>,
+    pub provenance: Provenance,
+}
+
+/// The seed's prompts: the defaults.
+pub fn default_prompts() -> BTreeMap<String, String> {
+    [
+        ("short", "In exactly four concise bullet points, explain why database transactions are useful. Do not use a heading."),
+        ("medium", "You are reviewing a Laravel service that transfers money between two accounts. Explain the failure modes involving concurrency, partial writes, retries, and audit logs. Then provide a robust implementation plan. Keep the response technical and concise."),
+        ("code", "Write a Python 3.12 function named merge_intervals that accepts a list of integer pairs, validates each pair, merges overlapping or adjacent intervals, and returns sorted tuples. Include type hints, a short docstring, and five assert-based examples. Output only code."),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The definitions, as recorded in every artifact.
+pub fn measurement_notes() -> BTreeMap<String, String> {
+    [
+        ("ttft", "Client wall time from request start until the first chunk with non-empty generated text (role-only and usage-only chunks do not count)."),
+        ("total", "Client wall time from request start until the end of the stream."),
+        ("decode_tps", "Ollama's eval_count / eval_duration when the server gives them; otherwise output tokens / (total - ttft)."),
+        ("tpot", "(total - ttft) / (output tokens - 1)."),
+        ("request_tps", "Output tokens / total."),
+        ("aggregate_output_tps", "Per round: successful output tokens of the concurrency group / the round's wall time (first request start to last end)."),
+        ("output_tokens", "Server usage.completion_tokens, else Ollama eval_count, else the number of chunks with generated text; each summary lists the sources used."),
+        ("percentiles", "Linear interpolation between order statistics; every metric carries its sample count _n."),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(round: usize, start: f64, first: f64, end: f64, tokens: u64) -> RequestRecord {
+        RequestRecord {
+            runtime: "r".into(),
+            concurrency: 2,
+            round,
+            index: 0,
+            prompt: "short".into(),
+            scheduled_s: start,
+            sent_s: Some(start),
+            first_byte_s: Some(first),
+            first_token_s: Some(first),
+            end_s: end,
+            status: Some(200),
+            error: None,
+            error_detail: None,
+            finish_reason: Some("length".into()),
+            usage_completion_tokens: Some(tokens),
+            usage_prompt_tokens: Some(10),
+            ollama_eval_count: None,
+            ollama_eval_duration_ns: None,
+            ollama_prompt_eval_count: None,
+            ollama_prompt_eval_duration_ns: None,
+            chunks: tokens,
+            chunk_gaps_s: vec![0.1; tokens as usize - 1],
+        }
+    }
+
+    #[test]
+    fn metrics_follow_the_definitions() {
+        let r = rec(0, 1.0, 1.5, 3.5, 11);
+        assert_eq!(r.ttft(), Some(0.5));
+        assert_eq!(r.total(), 2.5);
+        assert_eq!(r.decode_tps(), Some(11.0 / 2.0));
+        assert_eq!(r.tpot(), Some(0.2));
+        assert_eq!(r.request_tps(), Some(11.0 / 2.5));
+        assert_eq!(r.prompt_tps(), None);
+        let mut o = r.clone();
+        o.usage_completion_tokens = None;
+        o.ollama_eval_count = Some(8);
+        o.ollama_eval_duration_ns = Some(2_000_000_000);
+        o.ollama_prompt_eval_count = Some(30);
+        o.ollama_prompt_eval_duration_ns = Some(500_000_000);
+        assert_eq!(o.output_tokens(), (8, TokenSource::OllamaCounters));
+        assert_eq!((o.decode_tps(), o.prompt_tps()), (Some(4.0), Some(60.0)));
+    }
+
+    #[test]
+    fn group_summary_counts_failures_and_aggregates_per_round() {
+        let a = rec(0, 0.0, 0.5, 2.0, 10);
+        let b = rec(0, 0.0, 0.7, 4.0, 20);
+        let mut c = rec(1, 5.0, 5.5, 6.0, 5);
+        c.error = Some(ErrorClass::TruncatedStream);
+        let d = rec(1, 5.0, 5.2, 7.0, 6);
+        let row = summarize_group("r", "m", 2, &[&a, &b, &c, &d]);
+        assert_eq!(
+            (row["requests"].as_u64(), row["successes"].as_u64(), row["failures"].as_u64()),
+            (Some(4), Some(3), Some(1))
+        );
+        assert_eq!(row["failures_by_class"]["truncated_stream"], 1);
+        // Round 0: 30 tokens over 4 s; round 1: 6 successful tokens over 2 s.
+        assert_eq!(row["aggregate_output_tps_n"], 2);
+        assert_eq!(row["aggregate_output_tps_mean"].as_f64(), Some((7.5 + 3.0) / 2.0));
+        assert_eq!(row["ttft_s_n"], 3);
+        assert!(row["prompt_tps_note"].is_string());
+        assert!(row["prompt_tps_mean"].is_null());
+    }
+}
