@@ -7,7 +7,7 @@
 pub enum Chart {
     Timeline(Timeline),
     Grouped(Grouped),
-    Percentiles(Percentiles),
+    Lines(Lines),
 }
 
 /// One artifact's part of a report page: Markdown that embeds its charts as `![alt](<dir>/<stem>.svg)`
@@ -62,11 +62,13 @@ pub struct Grouped {
     pub series: Vec<(String, Vec<Bar>)>,
 }
 
-/// Latency distributions: value against percentile, one line per group.
+/// Lines through points, one per series, on axes spanning the points (e.g. latency against
+/// percentile, step time against context length).
 #[derive(Debug, Clone)]
-pub struct Percentiles {
+pub struct Lines {
     pub title: String,
+    pub x_label: String,
     pub y_label: String,
-    /// (group, points (percentile, value))
+    /// (series, points (x, y))
     pub lines: Vec<(String, Vec<(f64, f64)>)>,
 }

@@ -1,7 +1,7 @@
 //! The charts, each drawn once per backend (SVG and PNG) from the same code. Nothing in them
 //! depends on the clock, so the same artifact always renders to the same bytes.
 
-use common::chart::{Chart, Grouped, Percentiles, Timeline};
+use common::chart::{Chart, Grouped, Lines, Timeline};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -37,7 +37,7 @@ pub fn render(chart: &Chart, stem: &Path) -> Result<(), String> {
     match chart {
         Chart::Timeline(c) => render_one(c, stem),
         Chart::Grouped(c) => render_one(c, stem),
-        Chart::Percentiles(c) => render_one(c, stem),
+        Chart::Lines(c) => render_one(c, stem),
     }
 }
 
@@ -212,17 +212,20 @@ impl Draw for Grouped {
     }
 }
 
-impl Draw for Percentiles {
+impl Draw for Lines {
     fn size(&self) -> (u32, u32) {
         (1000, 460)
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let top = axis_top(self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
-        let mut chart = frame(area, &self.title, 70)?.build_cartesian_2d(0f64..100f64, 0f64..top * 1.1).map_err(err)?;
+        let xs = || self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).filter(|x| x.is_finite());
+        let (left, right) = (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max));
+        let (left, right) = if left < right { (left, right) } else { (0.0, left.max(0.0) + 1.0) };
+        let mut chart = frame(area, &self.title, 70)?.build_cartesian_2d(left..right, 0f64..top * 1.1).map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("percentile")
+            .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .label_style(("sans-serif", 14))
             .draw()

@@ -2,7 +2,7 @@
 //! (from the requests where kept, else the summary's percentiles, as in the seed), throughput
 //! bars; and its side of `report --compare`, groups paired by concurrency level.
 
-use common::chart::{Chart, CompareRow, Grouped, Percentiles, Section};
+use common::chart::{Chart, CompareRow, Grouped, Lines, Section};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -64,9 +64,14 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
                 (label.clone(), points)
             })
             .collect();
-        let chart = Percentiles { title: format!("{title} by percentile"), y_label: "milliseconds".into(), lines };
+        let chart = Lines {
+            title: format!("{title} by percentile"),
+            x_label: "percentile".into(),
+            y_label: "milliseconds".into(),
+            lines,
+        };
         section.markdown.push_str(&std::mem::take(&mut md));
-        section.image(&format!("percentiles-{metric}"), title, Chart::Percentiles(chart));
+        section.image(&format!("percentiles-{metric}"), title, Chart::Lines(chart));
     }
     let chart = Grouped {
         title: "decode and aggregate output tokens/s (means)".into(),
