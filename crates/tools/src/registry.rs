@@ -7,4 +7,5 @@ use common::experiment::Experiment;
 pub static EXPERIMENTS: &[&dyn Experiment] = &[
     &scheduler::Scheduler,
     &serving_bench::ServingBench,
+    &decode_scaling::DecodeScaling,
 ];
