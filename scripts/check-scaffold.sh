@@ -18,6 +18,8 @@ fi
 changed=$(git status --porcelain | awk '{print $2}' | sort | tr '\n' ' ')
 expected="crates/tools/Cargo.toml crates/tools/src/registry.rs experiments/demo/ manifests/demo/ "
 [ "$changed" = "$expected" ] || { echo "check-scaffold: new-experiment changed [$changed], expected [$expected]" >&2; exit 1; }
+# One line in each registration, nothing else.
+[ "$(git diff --numstat crates/tools | awk '{a+=$1; d+=$2} END {print a, d}')" = "2 0" ] || { git diff crates/tools >&2; echo "check-scaffold: the registration is not one added line per file" >&2; exit 1; }
 out=$(cargo run -q -p demo -- --offline)
 echo "$out"
 artifact=$(sed -n 's/^artifact: //p' <<<"$out")

@@ -68,7 +68,7 @@ fn run(cli: Cli) -> Result<()> {
     let tools_path = ws.root.join(TOOLS_MANIFEST);
     let tools = std::fs::read_to_string(&tools_path).with_context(|| format!("reading {TOOLS_MANIFEST}"))?;
     let tools =
-        register(&tools, "\n[dev-dependencies]", &format!("{name} = {{ path = \"../../experiments/{name}\" }}\n"))
+        register(&tools, "\n\n[dev-dependencies]", &format!("{name} = {{ path = \"../../experiments/{name}\" }}\n"))
             .with_context(|| {
                 format!("{TOOLS_MANIFEST} has no [dev-dependencies] section after its experiments; restore it from git")
             })?;
@@ -93,7 +93,7 @@ fn run(cli: Cli) -> Result<()> {
 /// end of the registry's list, or the section after the tools' experiment dependencies); `None`
 /// when there is none.
 fn register(text: &str, before: &str, line: &str) -> Option<String> {
-    // `before` starts with a newline: insert after it, at the start of its line.
+    // `before` starts with a newline: insert after it, at the start of the next line.
     let at = text.rfind(before)? + 1;
     Some(format!("{}{line}{}", &text[..at], &text[at..]))
 }
