@@ -363,6 +363,9 @@ fn check(a: &Artifact, f: &mut Findings) {
     }
 }
 
+/// A chart of the report: file stem, title, x label, the x values, and the point at each.
+type Curve<'a> = (&'a str, &'a str, &'a str, &'a [usize], &'a dyn Fn(usize) -> String);
+
 /// The experiment, as the workspace tools see it.
 pub struct DecodeScaling;
 
@@ -439,7 +442,7 @@ impl Experiment for DecodeScaling {
             (engine.name().to_string(), pts)
         };
         let engines: &[Engine] = if p.stock { &[Engine::Ours, Engine::StockCandle] } else { &[Engine::Ours] };
-        let charts: [(&str, &str, &str, &[usize], &dyn Fn(usize) -> String); 3] = [
+        let charts: [Curve; 3] = [
             ("context", "decode step against context (one session)", "context (tokens)", &p.contexts, &|c| {
                 decode_label(c, 1)
             }),

@@ -173,11 +173,11 @@ fn a_custom_run_is_filed_apart_and_held_to_its_invariants_and_its_command_line()
     std::fs::copy(&path, &moved).unwrap();
     assert_wrong(&s.audit(&moved), "parameters.rounds");
     // Its argv edited to claim other settings, or its parameters edited (resealed), it is wrong.
-    let argv = edit(&path, &|v: &mut Value| v["provenance"]["argv"] = json!(["scheduler", "--rounds", "4"]), true);
+    let argv = edit(&path, |v: &mut Value| v["provenance"]["argv"] = json!(["scheduler", "--rounds", "4"]), true);
     assert_wrong(&s.audit(&argv), "provenance.argv");
     let params = edit(
         &path,
-        &|v: &mut Value| {
+        |v: &mut Value| {
             v["parameters"]["rounds"] = json!(2);
             v["provenance"]["settings"]["effective"]["rounds"] = json!(2);
         },

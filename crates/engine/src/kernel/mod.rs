@@ -1,0 +1,94 @@
+//! Our own product of activation rows with a weight matrix, for every projection: decode steps,
+//! batches of sessions and prefill chunks alike, where candle's general matrix multiply leaves
+//! memory bandwidth unused (a few rows) or half the multipliers idle (many rows).
+//!
+//! The layers' matrices are stored in panels ([`Layout`]): a task owns one panel of outputs and
+//! walks it once, in one sequential stream, for a group of up to eight activation rows; each
+//! activation value, broadcast once, feeds the 32 outputs of the panel, every output summed in
+//! its own vector lane. The head is stored as rows, because its rows are also looked up and
+//! scored one by one; its product streams each weight row once and reuses it for every
+//! activation row.
+//!
+//! Determinism is the contract: the value of `y[r][j]` depends only on weight row `j` and
+//! activation row `r`, never on how many rows are in the batch, which group or panel they fall
+//! in, or which vector width the CPU has. In panels, every output is one fused multiply-add per
+//! input, in input order; in rows, one fixed-order dot product (eight lanes, fused multiply-add,
+//! one fixed horizontal sum, then the scalar tail). So a session decoded alone or batched with
+//! others computes bit-identical logits, a row's products are the same inside a prefill chunk as
+//! alone, and batching cannot change greedy ids.
+//!
+//! Also here, for the same steps: the exact integer products that screen the head for greedy ids
+//! ([`int_products`], used by `crate::greedy`), and attention of each decoding session's new
+//! position over its cache ([`attend_each`]).
+//!
+//! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`]), one per instruction set
+//! (`x86`: the AVX2 and AVX-512 intrinsics; the portable paths sit beside each kernel), and one
+//! dispatch ([`dispatch`]): the CPU's vector features detected once, and every kernel choosing its
+//! path through them.
+
+mod attention;
+mod dispatch;
+mod int;
+mod linear;
+mod mlp;
+#[cfg(test)]
+pub(crate) mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use attention::{attend_each, store_keys, Attending, AttentionShape, TILE};
+pub use int::int_products;
+pub use linear::{linear, selected_rows, Layout, Weight, PANEL};
+pub use mlp::silu_mul;
+
+/// Weight rows per parallel task of a product in rows (the head): small enough to balance two to
+/// sixteen threads, large enough that scheduling costs little.
+const BLOCK: usize = 32;
+
+/// The bytes of a cache line on the CPUs the vector paths serve.
+const CACHE_LINE: usize = 64;
+
+/// Runs `work` on `x`'s values starting on a cache-line boundary: `x` itself when it does, else
+/// an aligned copy. Why: a 512-bit load from an address off a line boundary reads two lines, and
+/// a product of several rows loads the activations as often as the weights (which start on huge
+/// pages, every row on a line boundary for these models' widths). Four rows measured a third
+/// faster in cache, and a quarter faster from memory, from aligned activations; the copy is a
+/// few kilobytes. The values and so the results are the same either way.
+fn on_cache_lines<T: Copy + Default, R>(x: &[T], work: impl FnOnce(&[T]) -> R) -> R {
+    if (x.as_ptr() as usize).is_multiple_of(CACHE_LINE) {
+        return work(x);
+    }
+    let size = std::mem::size_of::<T>();
+    let mut buf = vec![T::default(); x.len() + CACHE_LINE / size];
+    let address = buf.as_ptr() as usize;
+    let at = (address.next_multiple_of(CACHE_LINE) - address) / size;
+    buf[at..at + x.len()].copy_from_slice(x);
+    work(&buf[at..at + x.len()])
+}
+
+/// Runs `work` on a thread of the rayon pool (at once when already on one).
+///
+/// Why: a forward opens a parallel region per projection and per attention, about a hundred per
+/// decode step. Opened from outside the pool, each region hands the work to the pool's threads
+/// and puts the caller to sleep until they finish: two thread wake-ups per region, measured at
+/// 6% of a decode step on two cores. Opened from a pool thread, that thread works on the region
+/// itself while the others, still spinning from the last region, take their share.
+pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| work())
+}
+
+/// Runs `work` on this thread's scratch buffer, grown to at least `len` values (contents
+/// unspecified). Why: attention's buffers are a few hundred kilobytes at long contexts; allocated
+/// per call, each one is fresh pages from the kernel (faults, then a TLB shootdown on free): about
+/// a third of attention's time at context 4096.
+fn scratch<R>(len: usize, work: impl FnOnce(&mut [f32]) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|buf| {
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        work(&mut buf[..len])
+    })
+}

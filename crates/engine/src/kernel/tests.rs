@@ -1,0 +1,402 @@
+//! The kernels' tests: against plain f64 arithmetic, and bit for bit across every path (AVX2,
+//! AVX-512, portable) and every batch composition.
+
+use super::attention::*;
+use super::dispatch::cpu;
+use super::int::*;
+use super::linear::*;
+use super::mlp::*;
+#[cfg(target_arch = "x86_64")]
+use super::x86 as simd;
+use super::*;
+use half::{bf16, f16};
+
+/// Deterministic test values in [-1, 1) (also the screen's tests').
+pub(crate) fn data(n: usize, seed: u32) -> Vec<f32> {
+    // A small xorshift generator.
+    let mut s = seed.wrapping_mul(2654435761).max(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn matches_a_plain_f64_product_within_rounding() {
+    // Heights and widths that exercise the four-row groups in rows, the groups of eight in
+    // panels, a narrow last panel, a partial parallel block and the scalar tail of a row.
+    for (out, k, rows) in [(7, 13, 1), (37, 24, 3), (70, 67, 5), (130, 896, 2), (40, 50, 19)] {
+        let (w, x, b) = (data(out * k, 1), data(rows * k, 2), data(out, 3));
+        for layout in [Layout::rows(k), Layout::panels(k)] {
+            let y = linear(&layout.arrange(&w), layout, Some(&b), &x, rows);
+            for r in 0..rows {
+                for j in 0..out {
+                    let exact: f64 =
+                        (0..k).map(|i| w[j * k + i] as f64 * x[r * k + i] as f64).sum::<f64>() + b[j] as f64;
+                    let got = y[r * out + j] as f64;
+                    assert!(
+                        (got - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                        "{layout:?} y[{r}][{j}] = {got}, exact {exact}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_row_computes_the_same_bits_alone_or_in_any_batch() {
+    // Twenty rows: groups of four in rows; two groups of eight and one of four in panels.
+    let (out, k, rows) = (69, 136, 20);
+    let w = data(out * k, 4);
+    let x = data(rows * k, 5);
+    for layout in [Layout::rows(k), Layout::panels(k)] {
+        let w = layout.arrange(&w);
+        let batch = linear(&w, layout, None, &x, rows);
+        assert!(linear(&w, layout, None, &[], 0).is_empty(), "{layout:?}: no rows");
+        for r in [0, 3, 9, 17, rows - 1] {
+            let alone = linear(&w, layout, None, &x[r * k..(r + 1) * k], 1);
+            assert_eq!(alone, batch[r * out..(r + 1) * out], "{layout:?} row {r}");
+        }
+    }
+}
+
+#[test]
+fn activations_give_the_same_bits_wherever_they_start() {
+    let (out, k, rows) = (40, 136, 4);
+    let n = rows * k;
+    let w = data(out * k, 24);
+    let q: Vec<i8> = w.iter().map(|v| (v * 127.0) as i8).collect();
+    let x = data(n, 25);
+    let p: Vec<i16> = x.iter().map(|v| (v * 16000.0) as i16).collect();
+    let expected = (linear(&w, Layout::rows(k), None, &x, rows), int_products(&q, &p, rows, k));
+    let (mut xs, mut ps) = (vec![0f32; n + 16], vec![0i16; n + 32]);
+    for at in 0..16 {
+        xs[at..at + n].copy_from_slice(&x);
+        ps[at..at + n].copy_from_slice(&p);
+        let (x, p) = (&xs[at..at + n], &ps[at..at + n]);
+        // What the products see starts on a cache line and holds the caller's values.
+        on_cache_lines(x, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == x));
+        on_cache_lines(p, |seen| assert!((seen.as_ptr() as usize).is_multiple_of(CACHE_LINE) && seen == p));
+        let moved = (linear(&w, Layout::rows(k), None, x, rows), int_products(&q, p, rows, k));
+        assert_eq!(moved, expected, "activations moved by {at} values");
+    }
+}
+
+#[test]
+fn integer_products_are_exact_in_every_path() {
+    // Widths with whole 32-blocks and a tail; one to six activation rows (groups of four
+    // and the rest).
+    for (out, k, rows) in [(70, 100, 5), (33, 64, 1), (40, 896, 6)] {
+        let q: Vec<i8> = data(out * k, 22).iter().map(|v| (v * 127.0) as i8).collect();
+        let p: Vec<i16> = data(rows * k, 23).iter().map(|v| (v * 16000.0) as i16).collect();
+        let dots = int_products(&q, &p, rows, k);
+        let mut plain = vec![0i32; out * rows];
+        int_block_with(&q, &p, k, &mut plain);
+        assert_eq!(dots, plain, "{out}x{k}x{rows}: the SIMD and plain paths");
+        for j in 0..out {
+            for r in 0..rows {
+                let exact: i64 = (0..k).map(|i| q[j * k + i] as i64 * p[r * k + i] as i64).sum();
+                assert_eq!(dots[j * rows + r] as i64, exact, "{out}x{k}x{rows}: row {j}, activations {r}");
+            }
+        }
+    }
+}
+
+/// Each output of a product in panels, as it must be computed: one fused multiply-add per
+/// input, in input order, from zero.
+fn fused_in_order<W: Weight>(w: &[W], x: &[f32]) -> f32 {
+    w.iter().zip(x).fold(0f32, |acc, (w, x)| w.to_f32().mul_add(*x, acc))
+}
+
+fn to<H>(w: &[f32], narrow: fn(f32) -> H) -> Vec<H> {
+    w.iter().map(|v| narrow(*v)).collect()
+}
+
+#[test]
+fn panels_compute_each_output_by_fused_multiply_adds_in_input_order() {
+    // Whole panels only, a narrow last panel, a lone narrow panel; widths with and without
+    // whole vectors; every group size of eight rows and past it; every weight type.
+    for (out, k) in [(64, 33), (70, 75), (5, 896), (33, 8)] {
+        let (w, x) = (data(out * k, 26), data(20 * k, 27));
+        for rows in [1, 2, 3, 4, 5, 6, 7, 8, 9, 20] {
+            let x = &x[..rows * k];
+            let label = format!("{out}x{k}x{rows}");
+            check(&w, k, x, &label);
+            check(&to(&w, f16::from_f32), k, x, &format!("f16 {label}"));
+            check(&to(&w, bf16::from_f32), k, x, &format!("bf16 {label}"));
+        }
+    }
+
+    fn check<W: Weight>(w: &[W], k: usize, x: &[f32], label: &str) {
+        let (out, rows, layout) = (w.len() / k, x.len() / k, Layout::panels(k));
+        let laid = layout.arrange(w);
+        let y = linear(&laid, layout, None, x, rows);
+        for r in 0..rows {
+            for j in 0..out {
+                let exact = fused_in_order(&w[j * k..(j + 1) * k], &x[r * k..(r + 1) * k]);
+                assert_eq!(y[r * out + j].to_bits(), exact.to_bits(), "{label}: y[{r}][{j}]");
+            }
+        }
+        // The portable path, panel by panel, gives the same bits.
+        let mut plain = vec![0f32; rows * out];
+        for (p, panel) in laid.chunks(PANEL * k).enumerate() {
+            // SAFETY: panel `p`'s columns of `plain`, `rows × out`.
+            unsafe { panel_plain(panel, x, rows, plain.as_mut_ptr().add(p * PANEL), out) };
+        }
+        assert_eq!(plain, y, "{label}: the portable path");
+    }
+}
+
+#[test]
+fn selected_rows_give_the_full_products_bits() {
+    let (out, k) = (100, 200);
+    let (w, x) = (data(out * k, 17), data(k, 18));
+    let full = linear(&w, Layout::rows(k), None, &x, 1);
+    let js = [0, 31, 32, 57, 99];
+    assert_eq!(selected_rows(&w, k, &x, &js), js.map(|j| full[j]));
+}
+
+#[test]
+fn the_portable_path_agrees_with_the_simd_path_within_rounding() {
+    let (out, k, rows) = (9, 75, 3);
+    let (w, x) = (data(out * k, 8), data(rows * k, 9));
+    let fast = linear(&w, Layout::rows(k), None, &x, rows);
+    let mut yt = vec![0f32; out * rows];
+    block(&w, k, 0, &x, rows, &mut yt);
+    for j in 0..out {
+        for r in 0..rows {
+            let (a, b) = (fast[r * out + j], yt[j * rows + r]);
+            assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "y[{r}][{j}]: {a} vs {b}");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_256_and_512_bit_paths_compute_the_same_bits() {
+    if !(cpu().avx512 && cpu().f16c) {
+        eprintln!("skipped: this CPU lacks AVX2/FMA/F16C or AVX-512F, so it runs one path only");
+        return;
+    }
+    use simd::{block_bf16, block_f16, block_f32};
+    // In rows: widths with whole 32-blocks, a leftover 8-block and a scalar tail; one to six
+    // rows.
+    for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
+        let (w, x) = (data(out * k, 15), data(rows * k, 16));
+        same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
+        same_bits((block_f16::avx2, block_f16::avx512), &to(&w, f16::from_f32), k, &x, "f16");
+        same_bits((block_bf16::avx2, block_bf16::avx512), &to(&w, bf16::from_f32), k, &x, "bf16");
+    }
+    // In panels: two whole panels; groups of one to eight rows and past them.
+    for (k, rows) in [(33, 1), (75, 3), (8, 8), (131, 11)] {
+        let (w, x) = (Layout::panels(k).arrange(&data(2 * PANEL * k, 17)), data(rows * k, 18));
+        same_panel_bits((block_f32::panel_avx2, block_f32::panel_avx512), &w, k, &x, "f32");
+        let (w16, wb16) = (to(&w, f16::from_f32), to(&w, bf16::from_f32));
+        same_panel_bits((block_f16::panel_avx2, block_f16::panel_avx512), &w16, k, &x, "f16");
+        same_panel_bits((block_bf16::panel_avx2, block_bf16::panel_avx512), &wb16, k, &x, "bf16");
+    }
+
+    type Path<W> = unsafe fn(&[W], usize, usize, &[f32], usize, &mut [f32]);
+    fn same_bits<W>(paths: (Path<W>, Path<W>), w: &[W], k: usize, x: &[f32], label: &str) {
+        let (rows, out) = (x.len() / k, w.len() / k);
+        let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
+        // SAFETY: the CPU has the instructions (checked by the caller) and the shapes agree.
+        unsafe { (paths.0(w, k, 0, x, rows, &mut a), paths.1(w, k, 0, x, rows, &mut b)) };
+        assert_eq!(a, b, "{label} {out}x{k}x{rows}");
+    }
+
+    type PanelPath<W> = unsafe fn(&[W], &[f32], usize, *mut f32, usize);
+    fn same_panel_bits<W>(paths: (PanelPath<W>, PanelPath<W>), w: &[W], k: usize, x: &[f32], label: &str) {
+        let (rows, out) = (x.len() / k, w.len() / k);
+        let (mut a, mut b) = (vec![0f32; out * rows], vec![0f32; out * rows]);
+        for (p, panel) in w.chunks_exact(PANEL * k).enumerate() {
+            // SAFETY: the CPU has the instructions (checked by the caller); panel `p`'s
+            // columns of `rows × out` outputs.
+            unsafe {
+                paths.0(panel, x, rows, a.as_mut_ptr().add(p * PANEL), out);
+                paths.1(panel, x, rows, b.as_mut_ptr().add(p * PANEL), out);
+            }
+        }
+        assert_eq!(a, b, "{label} {out}x{k}x{rows}");
+    }
+}
+
+#[test]
+fn single_row_attention_matches_a_plain_f64_softmax_over_the_filled_positions() {
+    // Head widths through every slice width of the weighted sums (64, 16, 1), contexts through
+    // every slice width of the scores (64, 16, 1) and spanning several tiles.
+    for (d, capacity, len) in [(16, 64, 37), (72, 192, 150), (64, 192, 129), (64, 448, 337)] {
+        let shape = AttentionShape { heads: 6, kv_heads: 2, capacity, len, d };
+        // Keys and values as computed: position j's at [kv][j].
+        let (q, plain_keys, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
+        let mut k = vec![0f32; 2 * capacity * d];
+        store_keys(&mut k, &plain_keys, 2, d, 0);
+        let out = attend_each(&[Attending { q: &q, k: &k, v: &v, shape }], 0.25);
+        for h in 0..6 {
+            let kv = h / 3;
+            let key = |j: usize, i: usize| plain_keys[(kv * capacity + j) * d + i] as f64;
+            let row = |t: &[f32], j: usize| -> Vec<f64> {
+                t[(kv * capacity + j) * d..(kv * capacity + j + 1) * d].iter().map(|&x| x as f64).collect()
+            };
+            let scores: Vec<f64> =
+                (0..len).map(|j| (0..d).map(|i| key(j, i) * q[h * d + i] as f64).sum::<f64>() * 0.25).collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+            for i in 0..d {
+                let exact: f64 = (0..len).map(|j| (scores[j] - max).exp() / sum * row(&v, j)[i]).sum();
+                let got = out[h * d + i] as f64;
+                assert!((got - exact).abs() < 1e-5, "d {d}, head {h} [{i}]: {got} vs {exact}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sessions_attended_together_get_their_bits_alone() {
+    // Different capacities and lengths (one position, several tiles), one model's heads.
+    let d = 64;
+    let sessions: Vec<_> = [(64, 1), (192, 129), (448, 337)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (capacity, len))| {
+            let seed = 40 + 3 * i as u32;
+            let (q, v) = (data(6 * d, seed), data(2 * capacity * d, seed + 1));
+            let mut k = vec![0f32; 2 * capacity * d];
+            store_keys(&mut k, &data(2 * capacity * d, seed + 2), 2, d, 0);
+            (q, k, v, AttentionShape { heads: 6, kv_heads: 2, capacity, len, d })
+        })
+        .collect();
+    let items: Vec<Attending> = sessions.iter().map(|(q, k, v, shape)| Attending { q, k, v, shape: *shape }).collect();
+    let together = attend_each(&items, 0.125);
+    for (i, item) in items.iter().enumerate() {
+        let alone = attend_each(std::slice::from_ref(item), 0.125);
+        assert_eq!(together[i * 6 * d..(i + 1) * 6 * d], alone, "session {i}");
+    }
+}
+
+#[test]
+fn keys_land_in_their_tile_row_and_column_stored_at_once_or_in_pieces() {
+    let (kv_heads, capacity, d) = (2, 3 * TILE, 8);
+    let plain = data(kv_heads * capacity * d, 26);
+    let mut at_once = vec![0f32; kv_heads * capacity * d];
+    store_keys(&mut at_once, &plain, kv_heads, d, 0);
+    for h in 0..kv_heads {
+        for p in 0..capacity {
+            for i in 0..d {
+                let stored = at_once[(h * capacity + p / TILE * TILE) * d + i * TILE + p % TILE];
+                assert_eq!(stored, plain[(h * capacity + p) * d + i], "head {h} position {p} dimension {i}");
+            }
+        }
+    }
+    // The same positions written in pieces that start and end inside tiles.
+    let mut pieces = vec![0f32; kv_heads * capacity * d];
+    for (from, to) in [(0, 5), (5, 70), (70, 71), (71, capacity)] {
+        let new: Vec<f32> =
+            (0..kv_heads).flat_map(|h| plain[(h * capacity + from) * d..(h * capacity + to) * d].to_vec()).collect();
+        store_keys(&mut pieces, &new, kv_heads, d, from);
+    }
+    assert_eq!(pieces, at_once);
+}
+
+#[test]
+fn silu_mul_gives_candles_silu_then_mul_bits() {
+    use candle_core::{Device, Tensor};
+    let (rows, inter) = (3, 2500);
+    // Values over the range where the exponential saturates either way.
+    let gate_up: Vec<f32> = data(rows * 2 * inter, 27).iter().map(|v| v * 40.0).collect();
+    let t = Tensor::from_vec(gate_up.clone(), (rows, 2 * inter), &Device::Cpu).unwrap();
+    let gate = candle_nn::ops::silu(&t.narrow(1, 0, inter).unwrap()).unwrap();
+    let candle = (gate * t.narrow(1, inter, inter).unwrap()).unwrap().flatten_all().unwrap();
+    let ours = silu_mul(&gate_up, rows);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&ours), bits(&candle.to_vec1::<f32>().unwrap()));
+}
+
+#[test]
+fn exp_is_within_two_units_in_the_last_place() {
+    let mut worst = 0f64;
+    for i in 0..=2_000_000 {
+        let x = -87.5 + 87.5 * 1.0005 * i as f32 / 2_000_000.0; // to a little above 0
+        let exact = (x as f64).exp();
+        let got = exp(x) as f64;
+        let ulp = (exact as f32).abs().next_up() as f64 - (exact as f32).abs() as f64;
+        worst = worst.max((got - exact).abs() / ulp);
+    }
+    assert!(worst <= 2.0, "worst error {worst} units in the last place");
+    assert_eq!(exp(0.0), 1.0);
+    assert_eq!(exp(-100.0), 0.0);
+    assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+    assert!(exp(f32::NAN).is_nan());
+}
+
+#[test]
+fn softmax_matches_f64_and_every_build_gives_the_same_bits() {
+    for len in [1, 15, 16, 37, 4100] {
+        let p: Vec<f32> = data(len, 19).iter().map(|v| v * 30.0).collect();
+        let mut got = p.clone();
+        softmax(&mut got);
+        // Against the exact exponentials of the F32 differences (which every softmax rounds).
+        let max = p.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        let sum: f64 = p.iter().map(|v| ((v - max) as f64).exp()).sum();
+        for (g, v) in got.iter().zip(&p) {
+            let exact = ((v - max) as f64).exp() / sum;
+            assert!((*g as f64 - exact).abs() <= 1e-6 * exact + 1e-30, "len {len}: {g} vs {exact}");
+        }
+        let mut plain = p.clone();
+        softmax_with(&mut plain);
+        assert_eq!(plain, got, "len {len}: the plain build's bits");
+    }
+}
+
+#[test]
+fn tiled_scores_give_the_plain_loops_bits() {
+    // Positions through every slice width (64, 16, 1) and several tiles, the last one partly
+    // filled.
+    let (groups, len, d) = (3, 337usize, 40);
+    let capacity = len.next_multiple_of(TILE);
+    let (q, plain_keys) = (data(groups * d, 20), data(capacity * d, 21));
+    let mut keys = vec![0f32; capacity * d];
+    store_keys(&mut keys, &plain_keys, 1, d, 0);
+    let mut probs = vec![0f32; groups * len];
+    scores(&q, &keys, d, 0.3, &mut probs);
+    for g in 0..groups {
+        for j in 0..len {
+            let key = &plain_keys[j * d..(j + 1) * d];
+            let plain = (0..d).fold(0f32, |acc, i| q[g * d + i].mul_add(key[i], acc)) * 0.3;
+            assert_eq!(plain.to_bits(), probs[g * len + j].to_bits(), "head {g} position {j}");
+        }
+    }
+}
+
+#[test]
+fn tiled_weighted_sums_give_the_plain_loops_bits() {
+    let (groups, len, d) = (3, 200, 88);
+    let (probs, values) = (data(groups * len, 13), data(len * d, 14));
+    let mut out = vec![0f32; groups * d];
+    weighted_sums(&probs, &values, d, &mut out);
+    for g in 0..groups {
+        let mut plain = vec![0f32; d];
+        for (p, v) in probs[g * len..(g + 1) * len].iter().zip(values.chunks_exact(d)) {
+            plain.iter_mut().zip(v).for_each(|(o, x)| *o = p.mul_add(*x, *o));
+        }
+        assert_eq!(plain, out[g * d..(g + 1) * d], "head {g}");
+    }
+}
+
+#[test]
+fn f16_weights_accumulate_in_f32() {
+    let (out, k) = (9, 64);
+    let w = data(out * k, 6);
+    let w16: Vec<f16> = w.iter().map(|v| f16::from_f32(*v)).collect();
+    let x = data(k, 7);
+    let y = linear(&w16, Layout::rows(k), None, &x, 1);
+    for j in 0..out {
+        let exact: f64 = (0..k).map(|i| w16[j * k + i].to_f64() * x[i] as f64).sum();
+        assert!((y[j] as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{j}] = {}, exact {exact}", y[j]);
+    }
+}
