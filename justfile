@@ -40,12 +40,16 @@ models *ARGS:
 new-experiment NAME:
     cargo run --release -q -p tools --bin new-experiment -- {{NAME}}
 
-# Benchmarks: checkpoint verification vs plain reading, engine vs stock candle and llama.cpp, scheduler overhead, serving client.
+# Benchmarks: the engine against the stock candle loop and llama.cpp, context and batch scaling,
+# scheduler overhead, into an artifact under artifacts/bench/ (the audit recomputes its ratios);
+# then checkpoint verification against plain reading, and the serving client's cost (printed).
 # llama.cpp's Python binding is built from source into .venv-llama once (about 8 minutes);
-# without a compiler or registry access the comparison is skipped, the rest still runs.
+# without a compiler or registry access that comparison is skipped (the artifact says so).
 bench:
     test -x .venv-llama/bin/python || (python3 -m venv .venv-llama && .venv-llama/bin/pip install -q llama-cpp-python==0.3.36 numpy) || (rm -rf .venv-llama; echo "llama.cpp binding unavailable: its comparison is skipped")
-    cargo bench -p common --bench verify --bench engine
+    cargo build --release -p engine-bench
+    ./target/release/engine-bench --manifest manifests/engine-bench/qwen2.5-0.5b.json --out artifacts/bench/engine-$(date -u +%Y%m%dT%H%M%SZ).json
+    cargo bench -p common --bench verify
     cargo bench -p serving-bench --bench client
 
 # The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.

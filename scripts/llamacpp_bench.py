@@ -48,7 +48,7 @@ def main() -> None:
         logits_all=False,
         verbose=False,
     )
-    reply({"ready": True})
+    reply({"ready": True, "version": llama_cpp.__version__})
     token = None
     for line in sys.stdin:
         command = line.split()

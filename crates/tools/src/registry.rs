@@ -8,4 +8,5 @@ pub static EXPERIMENTS: &[&dyn Experiment] = &[
     &scheduler::Scheduler,
     &serving_bench::ServingBench,
     &decode_scaling::DecodeScaling,
+    &engine_bench::EngineBench,
 ];

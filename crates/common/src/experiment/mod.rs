@@ -29,6 +29,12 @@ pub trait Experiment: Sync {
     /// Its name: the binary, `manifests/<name>/`, `artifacts/<name>/` and `provenance.experiment`.
     fn name(&self) -> &'static str;
 
+    /// Whether `just reproduce` runs its manifests (`false` for benchmarks that `just bench`
+    /// runs, whose artifacts go to `artifacts/bench/`).
+    fn reproduced(&self) -> bool {
+        true
+    }
+
     /// Reads a manifest's parameters and expectations as this experiment's types and checks them;
     /// the error names the field and the fix.
     fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String>;

@@ -49,6 +49,8 @@ fn run(cli: Cli) -> Result<i32> {
         .experiment_manifests()?
         .into_iter()
         .filter(|(_, m)| cli.only.is_empty() || cli.only.contains(&m.experiment))
+        // Benchmarks (`just bench`) are not reproduced.
+        .filter(|(_, m)| EXPERIMENTS.iter().find(|e| e.name() == m.experiment).is_none_or(|e| e.reproduced()))
         .collect();
     let mut rows = Vec::new();
     for (i, (path, manifest)) in manifests.iter().enumerate() {

@@ -1,0 +1,355 @@
+//! `engine-bench`: the engine's speed goals as an artifact, not a printout. On the generated
+//! `qwen2.5-0.5b` checkpoint, in one run: decode against the stock candle-transformers loop; our
+//! F32, BF16 and F16 weights against llama.cpp on the same weights (when its Python binding is
+//! installed, `.venv-llama/`); a decode step at a long context against a short one; several
+//! sessions in one batched step against one; the scheduler's own cost per step.
+//!
+//! Every comparison records both sides of every round (or step) as they alternated, and the
+//! ratio of each pair; the audit recomputes the ratios and their summary from the pairs. `just
+//! bench` runs it into `artifacts/bench/`; `just reproduce` leaves it out (see
+//! [`Experiment::reproduced`]).
+
+use clap::Parser;
+use common::chart::{Chart, CompareRow, Grouped, Section};
+use common::experiment::{AnyManifest, Experiment, ModelArgs, Settings};
+use common::finding::Findings;
+use common::manifest::ExperimentManifest;
+use common::provenance::Provenance;
+use common::schema::schema_of;
+use common::stats::{summarize, Summary};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+/// The experiment's name.
+pub const EXPERIMENT: &str = "engine-bench";
+
+#[derive(Parser, Debug)]
+#[command(about = "engine-bench: the engine against the stock candle loop and llama.cpp, context and batch scaling, \
+                   scheduler overhead; every round recorded")]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Rounds of each comparison [default: the manifest's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub rounds: Option<u64>,
+}
+
+impl Args {
+    pub fn effective(&self, base: &Parameters) -> Parameters {
+        let mut p = base.clone();
+        if let Some(r) = self.rounds {
+            p.rounds = r as usize;
+        }
+        p
+    }
+
+    pub fn requested(&self) -> Value {
+        json!({ "rounds": self.rounds, "model": self.model })
+    }
+}
+
+/// The manifest's `parameters`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parameters {
+    /// Greedy steps timed after each round's prefill.
+    pub decode_tokens: usize,
+    /// Rounds of each side in a round-by-round comparison.
+    pub rounds: usize,
+    /// Pairs of steps in a step-by-step comparison.
+    pub steps: usize,
+    /// The two contexts a decode step is compared at.
+    pub short_context: usize,
+    pub long_context: usize,
+    /// Sessions in the batched step compared with one.
+    pub batch: usize,
+}
+
+impl Parameters {
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v, max) in [
+            ("decode_tokens", self.decode_tokens, 4096),
+            ("rounds", self.rounds, 1000),
+            ("steps", self.steps, 10_000),
+            ("short_context", self.short_context, 1 << 20),
+            ("long_context", self.long_context, 1 << 20),
+            ("batch", self.batch, 256),
+        ] {
+            if v == 0 || v > max {
+                return Err(format!("parameters.{name}: {v} is not in 1..={max}"));
+            }
+        }
+        if self.short_context >= self.long_context {
+            return Err("parameters.short_context: must be below long_context".into());
+        }
+        Ok(())
+    }
+}
+
+/// How a comparison's ratio is made from one pair `(a, b)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// `a / b`: a speed of ours over theirs, or a long time over a short one.
+    AOverB,
+    /// `b / a`: their time over ours (how many times faster ours is).
+    BOverA,
+    /// `n · a / b`: `n` sessions' tokens in a step of time `b` against one in time `a`.
+    Aggregate { sessions: usize },
+}
+
+impl Rule {
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            Rule::AOverB => a / b,
+            Rule::BOverA => b / a,
+            Rule::Aggregate { sessions } => sessions as f64 * a / b,
+        }
+    }
+}
+
+/// Two sides measured alternately, pair by pair, and the ratio of each pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Comparison {
+    pub name: String,
+    /// What the ratio says, e.g. "ours / stock decode tokens/s".
+    pub meaning: String,
+    pub unit: String,
+    pub a_label: String,
+    pub a: Vec<f64>,
+    pub b_label: String,
+    pub b: Vec<f64>,
+    pub rule: Rule,
+    pub ratios: Vec<f64>,
+    pub ratio: Summary,
+}
+
+impl Comparison {
+    /// The comparison of two series, its ratios made by `rule`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &str,
+        meaning: &str,
+        unit: &str,
+        a_label: &str,
+        a: Vec<f64>,
+        b_label: &str,
+        b: Vec<f64>,
+        rule: Rule,
+    ) -> Self {
+        let ratios: Vec<f64> = a.iter().zip(&b).map(|(a, b)| rule.apply(*a, *b)).collect();
+        let ratio = summarize(&ratios);
+        Comparison {
+            name: name.into(),
+            meaning: meaning.into(),
+            unit: unit.into(),
+            a_label: a_label.into(),
+            a,
+            b_label: b_label.into(),
+            b,
+            rule,
+            ratios,
+            ratio,
+        }
+    }
+}
+
+/// How far two engines' greedy ids agree from the start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Agreement {
+    pub what: String,
+    pub agree: usize,
+    pub of: usize,
+}
+
+/// The peer, when it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlamaCpp {
+    /// `llama_cpp.__version__` of the binding.
+    pub version: String,
+    /// The GGUF files it ran: weight type, SHA-256, bytes.
+    pub gguf: Vec<Gguf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Gguf {
+    pub weights: String,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// The scheduler's time outside forwards, over one run of the seed workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Overhead {
+    pub run: String,
+    pub steps: usize,
+    pub overhead_ms: f64,
+    pub forward_ms: f64,
+    /// `overhead_ms / forward_ms`, in percent.
+    pub share_percent: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    pub parameters: Parameters,
+    pub model_id: String,
+    pub prompt_tokens: usize,
+    pub comparisons: Vec<Comparison>,
+    pub agreement: Vec<Agreement>,
+    pub llama_cpp: Option<LlamaCpp>,
+    /// What did not run, and why.
+    pub skipped: Vec<String>,
+    pub overhead: Vec<Overhead>,
+    pub provenance: Provenance,
+}
+
+fn check(a: &Artifact, f: &mut Findings) {
+    if let Err(e) = a.parameters.validate() {
+        let (field, msg) = e.split_once(": ").unwrap_or(("parameters", e.as_str()));
+        return f.wrong("invariants", field, msg);
+    }
+    for (i, c) in a.comparisons.iter().enumerate() {
+        let at = |k: &str| format!("comparisons[{i}].{k}");
+        if c.a.len() != c.b.len() || c.a.is_empty() {
+            f.wrong(
+                "invariants",
+                at("b"),
+                format!("{} values against {}: the sides alternate in pairs", c.b.len(), c.a.len()),
+            );
+            continue;
+        }
+        if let Some(j) = c.a.iter().chain(&c.b).position(|v| !(v.is_finite() && *v > 0.0)) {
+            f.wrong("invariants", at("a"), format!("value {j} is not a positive measurement"));
+        }
+        let fresh =
+            Comparison::new(&c.name, &c.meaning, &c.unit, &c.a_label, c.a.clone(), &c.b_label, c.b.clone(), c.rule);
+        if fresh.ratios != c.ratios {
+            f.wrong("invariants", at("ratios"), "differ from the ratios recomputed from the pairs");
+        }
+        if fresh.ratio != c.ratio {
+            f.wrong("invariants", at("ratio"), "differs from the summary of the ratios");
+        }
+    }
+    for (i, o) in a.overhead.iter().enumerate() {
+        let share = 100.0 * o.overhead_ms / o.forward_ms;
+        if !(o.forward_ms > 0.0 && o.overhead_ms >= 0.0) || share != o.share_percent {
+            f.wrong("invariants", format!("overhead[{i}].share_percent"), "is not overhead_ms / forward_ms");
+        }
+    }
+    let ran = a.comparisons.iter().any(|c| c.name.starts_with("llama.cpp"));
+    if ran != a.llama_cpp.is_some() {
+        f.wrong("invariants", "llama_cpp", "the llama.cpp comparisons and its version record come together");
+    }
+    if serde_json::to_value(&a.parameters).ok().as_ref() != Some(&a.provenance.settings.effective) {
+        f.wrong("invariants", "parameters", "differs from provenance.settings.effective");
+    }
+}
+
+/// The engine benchmark, as the workspace tools see it.
+pub struct EngineBench;
+
+impl Experiment for EngineBench {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+
+    fn reproduced(&self) -> bool {
+        false
+    }
+
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
+        let p: Parameters =
+            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
+        p.validate()
+    }
+
+    fn schemas(&self) -> Vec<(String, Value)> {
+        vec![
+            (format!("{EXPERIMENT}-manifest.v1"), schema_of::<ExperimentManifest<Parameters, Value>>()),
+            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<Artifact>()),
+        ]
+    }
+
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+        let args = Args::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+        let effective = match manifest_parameters {
+            None => None,
+            Some(base) => {
+                let base: Parameters = serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
+                Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
+            }
+        };
+        Ok(Settings { requested: args.requested(), effective })
+    }
+
+    fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
+        match serde_json::from_value::<Artifact>(artifact.clone()) {
+            Ok(a) => check(&a, f),
+            Err(e) => f.wrong("schema", "", format!("does not read as an {EXPERIMENT} artifact: {e}")),
+        }
+    }
+
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
+        let a: Artifact = serde_json::from_value(artifact.clone()).map_err(|e| format!("{title}: {e}"))?;
+        let mut section = Section::new(dir);
+        let mut md = format!(
+            "## Engine benchmark: {title}\n\nModel `{}`, prompt {} tokens; median (min-max) of the per-pair ratios.\n\n\
+             | comparison | A | B | ratio | meaning |\n|---|---|---|---|---|\n",
+            a.model_id, a.prompt_tokens
+        );
+        let spread = |s: &Summary| match (s.p50, s.min, s.max) {
+            (Some(m), Some(lo), Some(hi)) => format!("{m:.3} ({lo:.3}-{hi:.3})"),
+            _ => "-".into(),
+        };
+        for c in &a.comparisons {
+            let (ma, mb) = (summarize(&c.a).p50.unwrap_or(f64::NAN), summarize(&c.b).p50.unwrap_or(f64::NAN));
+            let _ = writeln!(
+                md,
+                "| {} | {} {ma:.2} {} | {} {mb:.2} {} | {} | {} |",
+                c.name,
+                c.a_label,
+                c.unit,
+                c.b_label,
+                c.unit,
+                spread(&c.ratio),
+                c.meaning
+            );
+        }
+        for s in &a.skipped {
+            let _ = writeln!(md, "\n_Skipped: {s}_");
+        }
+        md.push('\n');
+        section.markdown = md;
+        let chart = Grouped {
+            title: "ratios per comparison (median, whiskers: min-max over pairs)".into(),
+            y_label: "ratio".into(),
+            categories: a.comparisons.iter().map(|c| c.name.clone()).collect(),
+            series: vec![(
+                "ratio".into(),
+                a.comparisons.iter().map(|c| (c.ratio.p50.unwrap_or(f64::NAN), c.ratio.min.zip(c.ratio.max))).collect(),
+            )],
+        };
+        section.image("ratios", "ratios per comparison", Chart::Grouped(chart));
+        Ok(section)
+    }
+
+    fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {
+        let comparisons = |v: &Value| -> Vec<Comparison> {
+            v.get("comparisons").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default()
+        };
+        let (ca, cb) = (comparisons(a), comparisons(b));
+        ca.iter()
+            .map(|c| {
+                let other = cb.iter().find(|d| d.name == c.name).and_then(|d| d.ratio.p50);
+                (format!("{} ratio (median)", c.name), c.ratio.p50, other)
+            })
+            .collect()
+    }
+}

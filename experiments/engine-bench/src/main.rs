@@ -1,0 +1,360 @@
+//! `engine-bench`: the engine's speed goals, measured side by side and written as an artifact.
+//! Every comparison alternates its two sides, round after round or step after step: on a machine
+//! shared with other work the same step's time drifts by tens of percent within a minute, so only
+//! measurements taken side by side compare, and the ratios' range shows how far one pair can
+//! mislead.
+
+use anyhow::{bail, Context, Result};
+use candle_core::Tensor;
+use clap::Parser;
+use common::experiment::prepare;
+use common::gguf::WeightType;
+use common::load::LoadedModel;
+use common::policy::Policy;
+use common::qwen::{Cache, WeightDtype};
+use common::schedule::{self, Job, RunConfig};
+use common::session::Session;
+use common::workspace::Workspace;
+use engine_bench::{Agreement, Args, Artifact, Comparison, Gguf, LlamaCpp, Overhead, Parameters, Rule, EXPERIMENT};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+fn main() {
+    common::init_tracing();
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &args.model)?;
+    let Some(manifest) = prepared.manifest.as_ref() else {
+        bail!("engine-bench needs a manifest (manifests/engine-bench/qwen2.5-0.5b.json); it compares pinned weights");
+    };
+    let params = args.effective(&manifest.manifest.parameters);
+    if let Err(problem) = params.validate() {
+        bail!("{}: {problem}", manifest.record.path);
+    }
+    let model = &prepared.model;
+    if params.long_context + params.steps + 1 > model.config.max_position_embeddings {
+        bail!("{}: parameters.long_context: beyond the model's context", manifest.record.path);
+    }
+    let ws = &prepared.ws;
+    let dir = prepared.resolved.dir.clone();
+    let (_, prompt) = model.encode_user_prompt(&common::schedule::seed_workload().jobs[0].prompt)?;
+    let mut comparisons = Vec::new();
+    let mut agreement = Vec::new();
+    let mut skipped = Vec::new();
+    let p = &params;
+
+    // The stock candle-transformers Qwen2 on the same files: prefill, then one forward per token.
+    tracing::info!("decode: ours against the stock candle loop, {} rounds", p.rounds);
+    let mut stock = stock_model(model)?;
+    let (mut ours_tps, mut stock_tps) = (Vec::new(), Vec::new());
+    for _ in 0..p.rounds {
+        stock_tps.push(stock_round(&mut stock, model, &prompt, p.decode_tokens)?);
+        ours_tps.push(ours(model, &prompt, p.decode_tokens)?.decode_tps);
+    }
+    drop(stock);
+    comparisons.push(Comparison::new(
+        "decode vs stock candle",
+        "ours / stock decode tokens/s",
+        "tokens/s",
+        "ours",
+        ours_tps,
+        "stock candle",
+        stock_tps,
+        Rule::AOverB,
+    ));
+
+    // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16.
+    let mut llama_record: Option<LlamaCpp> = None;
+    let sides =
+        [(WeightType::F32, vec![WeightDtype::F32]), (WeightType::F16, vec![WeightDtype::Bf16, WeightDtype::F16])];
+    for (weights, ours_dtypes) in sides {
+        let worker = match Worker::start(ws, &dir, &prompt, weights, p.decode_tokens) {
+            Ok(w) => w,
+            Err(why) => {
+                skipped.push(format!("llama.cpp with {weights:?} weights: {why}"));
+                continue;
+            }
+        };
+        let mut worker = worker;
+        let record = llama_record.get_or_insert_with(|| LlamaCpp { version: worker.version.clone(), gguf: Vec::new() });
+        record.gguf.push(worker.gguf.clone());
+        for dtype in ours_dtypes {
+            tracing::info!("llama.cpp {weights:?} weights against ours in {}, {} rounds", dtype.name(), p.rounds);
+            let held = if dtype == WeightDtype::F32 { None } else { Some(LoadedModel::load_as(&dir, dtype)?) };
+            let ours_model = held.as_ref().unwrap_or(model);
+            let (mut o, mut t) = (Vec::new(), Vec::new());
+            for _ in 0..p.rounds {
+                o.push(ours(ours_model, &prompt, p.decode_tokens)?);
+                t.push(worker.round(p.decode_tokens).context("a llama.cpp round failed")?);
+            }
+            let name = format!("llama.cpp {weights:?} vs ours {}", dtype.name()).to_lowercase();
+            let of = |rounds: &[Round], f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+            comparisons.push(Comparison::new(
+                &format!("{name}: decode"),
+                "ours / llama.cpp decode tokens/s",
+                "tokens/s",
+                "ours",
+                of(&o, |r| r.decode_tps),
+                "llama.cpp",
+                of(&t, |r| r.decode_tps),
+                Rule::AOverB,
+            ));
+            comparisons.push(Comparison::new(
+                &format!("{name}: prefill"),
+                "llama.cpp / ours prefill time (ours's speed-up)",
+                "s",
+                "ours",
+                of(&o, |r| r.prefill_s),
+                "llama.cpp",
+                of(&t, |r| r.prefill_s),
+                Rule::BOverA,
+            ));
+            let agree = o[0].ids.iter().zip(&t[0].ids).take_while(|(a, b)| a == b).count();
+            agreement.push(Agreement { what: name, agree, of: o[0].ids.len().min(t[0].ids.len()) });
+        }
+    }
+
+    // A decode step at the long context against the short one, steps alternating. The caches are
+    // marked filled (their values do not change a step's work).
+    tracing::info!("decode step at context {} against {}", p.long_context, p.short_context);
+    let filled = |context: usize| -> Result<Cache> {
+        let mut cache = model.model.new_cache(context + p.steps + 1)?;
+        cache.assume_filled(context)?;
+        Ok(cache)
+    };
+    let step = |caches: Vec<&mut Cache>| -> Result<f64> {
+        let wanted = vec![true; caches.len()];
+        let mut items: Vec<_> = caches.into_iter().map(|c| (c, &[1u32][..])).collect();
+        let t = Instant::now();
+        model.model.greedy_batch(&mut items, &wanted)?;
+        Ok(t.elapsed().as_secs_f64() * 1000.0)
+    };
+    let (mut short, mut long) = (filled(p.short_context)?, filled(p.long_context)?);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..p.steps {
+        a.push(step(vec![&mut long])?);
+        b.push(step(vec![&mut short])?);
+    }
+    comparisons.push(Comparison::new(
+        "decode step, long vs short context",
+        &format!("step time at {} / at {}", p.long_context, p.short_context),
+        "ms",
+        &format!("context {}", p.long_context),
+        a,
+        &format!("context {}", p.short_context),
+        b,
+        Rule::AOverB,
+    ));
+
+    // Several sessions in one batched step against one, at the prompt's length.
+    tracing::info!("{} sessions in one step against one", p.batch);
+    let mut one = filled(prompt.len())?;
+    let mut many: Vec<Cache> = (0..p.batch).map(|_| filled(prompt.len())).collect::<Result<_>>()?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..p.steps {
+        a.push(step(vec![&mut one])?);
+        b.push(step(many.iter_mut().collect())?);
+    }
+    comparisons.push(Comparison::new(
+        "batched decode step",
+        &format!("aggregate tokens/s of {} sessions in one step over one session's", p.batch),
+        "ms",
+        "1 session",
+        a,
+        &format!("{} sessions", p.batch),
+        b,
+        Rule::Aggregate { sessions: p.batch },
+    ));
+
+    // The scheduler's own cost under the seed's runs and continuous batching.
+    let seed = common::schedule::seed_workload();
+    let jobs: Vec<Job> = seed.jobs.iter().map(|j| Job::from_spec(model, j)).collect::<Result<_, _>>()?;
+    let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2 };
+    let mut overhead = Vec::new();
+    for config in seed.runs.iter().chain([&batched]) {
+        let out = schedule::run(model, &jobs, *config)?;
+        // A batched step is on the timeline once per job in it: count and time each step once.
+        let mut steps: Vec<(u64, u64)> =
+            out.timeline.iter().map(|s| (s.start_ms.to_bits(), s.end_ms.to_bits())).collect();
+        steps.dedup();
+        let forward_ms: f64 = steps.iter().map(|&(a, b)| f64::from_bits(b) - f64::from_bits(a)).sum();
+        let chunk = config.chunk_size.map(|c| format!(" chunk {c}")).unwrap_or_default();
+        overhead.push(Overhead {
+            run: format!("{}{chunk}", config.policy.name()),
+            steps: steps.len(),
+            overhead_ms: out.overhead_ms,
+            forward_ms,
+            share_percent: 100.0 * out.overhead_ms / forward_ms,
+        });
+    }
+
+    let provenance = prepared.provenance(common::build_facts!(), args.requested(), serde_json::to_value(&params)?);
+    let model_id = prepared.resolved.pin.as_ref().map(|p| p.repo.clone()).unwrap_or_default();
+    let artifact = Artifact {
+        parameters: params,
+        model_id,
+        prompt_tokens: prompt.len(),
+        comparisons,
+        agreement,
+        llama_cpp: llama_record,
+        skipped,
+        overhead,
+        provenance,
+    };
+    let path = prepared.write(args.model.out.as_ref(), &artifact)?;
+    print_table(&artifact);
+    println!("artifact: {}", ws.display_path(&path));
+    Ok(())
+}
+
+/// One round of a prompt's prefill then greedy steps.
+struct Round {
+    prefill_s: f64,
+    decode_tps: f64,
+    /// The greedy ids: the prefill's, then each step's.
+    ids: Vec<u32>,
+}
+
+/// Prefill and decode of one fresh session on `model`.
+fn ours(model: &LoadedModel, prompt: &[u32], decode: usize) -> Result<Round> {
+    let mut s = Session::new(model, prompt.to_vec(), decode + 1)?.without_stop_ids();
+    let t = Instant::now();
+    s.step(None)?;
+    let prefill_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    while !s.is_finished() {
+        s.step(None)?;
+    }
+    Ok(Round { prefill_s, decode_tps: decode as f64 / t.elapsed().as_secs_f64(), ids: s.output().to_vec() })
+}
+
+fn stock_model(model: &LoadedModel) -> Result<candle_transformers::models::qwen2::ModelForCausalLM> {
+    let weights = model.dir.join("model.safetensors");
+    // SAFETY: the checkpoint was verified against its pin and is not modified while mapped.
+    let vb =
+        unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[&weights], candle_core::DType::F32, &model.device) }?;
+    Ok(candle_transformers::models::qwen2::ModelForCausalLM::new(&model.config, vb)?)
+}
+
+/// The stock loop's decode tokens/s after a prefill of `prompt`.
+fn stock_round(
+    m: &mut candle_transformers::models::qwen2::ModelForCausalLM,
+    model: &LoadedModel,
+    prompt: &[u32],
+    decode: usize,
+) -> Result<f64> {
+    m.clear_kv_cache();
+    let ids = Tensor::new(prompt, &model.device)?.unsqueeze(0)?;
+    let logits = m.forward(&ids, 0)?;
+    let mut next = logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?;
+    let t = Instant::now();
+    for i in 0..decode {
+        let ids = Tensor::new(&[next], &model.device)?.unsqueeze(0)?;
+        let logits = m.forward(&ids, prompt.len() + i)?;
+        next = logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?;
+    }
+    Ok(decode as f64 / t.elapsed().as_secs_f64())
+}
+
+/// llama.cpp on the same weights, exported as a GGUF file, in a worker process
+/// (`scripts/llamacpp_bench.py`) that runs one round per request.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    version: String,
+    gguf: Gguf,
+}
+
+impl Worker {
+    /// Starts the worker on `dir`'s weights as `weights`; the error says why it cannot run.
+    fn start(ws: &Workspace, dir: &Path, prompt: &[u32], weights: WeightType, decode: usize) -> Result<Self, String> {
+        let python = ws.root.join(".venv-llama/bin/python");
+        if !python.is_file() {
+            return Err("no .venv-llama (`just bench` installs llama-cpp-python there)".into());
+        }
+        let scratch = ws.root.join("target/bench");
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let gguf: PathBuf = scratch.join(format!("qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
+        if !gguf.is_file() {
+            common::gguf::export(dir, &gguf, weights).map_err(|e| format!("exporting the GGUF: {e}"))?;
+        }
+        let (bytes, digest) = common::digest::file_digest(&gguf, common::digest::Algorithm::Sha256)
+            .map_err(|e| format!("{}: {e}", gguf.display()))?;
+        let ids = scratch.join(format!("prompt-{}.json", prompt.len()));
+        std::fs::write(&ids, serde_json::to_vec(prompt).unwrap_or_default()).map_err(|e| e.to_string())?;
+        let mut child = Command::new(&python)
+            .arg(ws.root.join("scripts/llamacpp_bench.py"))
+            .args(["--gguf", &gguf.to_string_lossy(), "--prompt-ids", &ids.to_string_lossy()])
+            .args(["--max-decode", &decode.to_string()])
+            .args(["--threads", &common::engine_threads().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run the llama.cpp worker: {e}"))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else { return Err("the worker has no pipes".into()) };
+        let shown = ws.display_path(&gguf);
+        let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
+        let mut worker = Worker { child, stdin, stdout: BufReader::new(stdout), version: String::new(), gguf };
+        match worker.read() {
+            Some(ready) if ready["ready"] == true => {
+                worker.version = ready["version"].as_str().unwrap_or("unknown").to_string();
+                Ok(worker)
+            }
+            _ => Err(format!("its worker did not start on {shown} (its error is above)")),
+        }
+    }
+
+    fn read(&mut self) -> Option<serde_json::Value> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).ok()?;
+        serde_json::from_str(&line).ok()
+    }
+
+    fn ask(&mut self, command: &str) -> Option<serde_json::Value> {
+        writeln!(self.stdin, "{command}").ok()?;
+        self.read()
+    }
+
+    fn round(&mut self, decode: usize) -> Option<Round> {
+        let prefill = self.ask("prefill")?;
+        let steps = self.ask(&format!("decode {decode}"))?;
+        let mut ids = vec![prefill["token"].as_u64()? as u32];
+        ids.extend(steps["ids"].as_array()?.iter().filter_map(|v| v.as_u64()).map(|v| v as u32));
+        Some(Round { prefill_s: prefill["s"].as_f64()?, decode_tps: decode as f64 / steps["s"].as_f64()?, ids })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn print_table(a: &Artifact) {
+    let spread = |s: &common::stats::Summary| match (s.p50, s.min, s.max) {
+        (Some(m), Some(lo), Some(hi)) => format!("{m:.3} ({lo:.3}-{hi:.3})"),
+        _ => "-".into(),
+    };
+    for c in &a.comparisons {
+        println!("{:<44} {:<20} {}", c.name, spread(&c.ratio), c.meaning);
+    }
+    for g in &a.agreement {
+        println!("{:<44} greedy ids agree on the first {} of {}", g.what, g.agree, g.of);
+    }
+    for o in &a.overhead {
+        println!("scheduler {:<34} {} steps, overhead {:.3}% of forward time", o.run, o.steps, o.share_percent);
+    }
+    for s in &a.skipped {
+        println!("skipped: {s}");
+    }
+}

@@ -1,0 +1,60 @@
+//! `engine-bench` end to end on the tiny generated checkpoint, in a scratch copy of the workspace
+//! (its manifest names `tiny`): every comparison records both sides pair by pair, the audit
+//! recomputes the ratios, and an edited pair (resealed) is named.
+
+use audit::{Audit, Verdict};
+use common::workspace::Workspace;
+use engine_bench::{Artifact, EngineBench};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
+    let real = source_hash::find_workspace(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ws");
+    std::fs::create_dir_all(root.join("manifests/models")).unwrap();
+    std::fs::create_dir_all(root.join("manifests/engine-bench")).unwrap();
+    for item in ["Cargo.toml", "Cargo.lock", "crates", "experiments", "schemas", "manifests/models/tiny.json"] {
+        let status = Command::new("cp").arg("-r").arg(real.join(item)).arg(root.join(item)).status().unwrap();
+        assert!(status.success(), "copying {item}");
+    }
+    let manifest = json!({
+        "experiment": "engine-bench", "model": "tiny",
+        "parameters": {"decode_tokens": 4, "rounds": 2, "steps": 3, "short_context": 64, "long_context": 256, "batch": 2},
+        "expectations": null
+    });
+    std::fs::write(root.join("manifests/engine-bench/tiny.json"), manifest.to_string()).unwrap();
+    let out = tmp.path().join("bench.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_engine-bench"))
+        .current_dir(&root)
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--offline", "--manifest", "manifests/engine-bench/tiny.json", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: Artifact = common::artifact::read_artifact(&out).unwrap();
+    // Without llama.cpp's binding its comparisons are skipped, and say so.
+    assert!(a.llama_cpp.is_none() && a.skipped.iter().any(|s| s.contains(".venv-llama")), "{:?}", a.skipped);
+    let names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["decode vs stock candle", "decode step, long vs short context", "batched decode step"]);
+    assert_eq!(a.comparisons[0].a.len(), 2, "one pair per round");
+    assert_eq!(a.comparisons[1].a.len(), 3, "one pair per step");
+    assert_eq!(a.overhead.len(), 4);
+    let ws = Workspace { root };
+    let audit = Audit { ws: &ws, experiments: &[&EngineBench] };
+    let r = audit.audit_artifact(&out);
+    assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
+
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    v["comparisons"][2]["b"][0] = json!(1e-6);
+    v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
+    let seal = common::artifact::seal(&v);
+    v.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
+    let edited = tmp.path().join("edited.json");
+    std::fs::write(&edited, v.to_string()).unwrap();
+    let r = audit.audit_artifact(&edited);
+    assert_eq!(r.verdict, Verdict::Wrong);
+    assert!(r.findings.iter().any(|f| f.field == "comparisons[2].ratios"), "{:#?}", r.findings);
+}
