@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times llama.cpp (the llama-cpp-python binding) on a GGUF file, one command at a time, so that
-`just bench` (crates/common/benches/engine.rs) can alternate rounds of llama.cpp with rounds of our engine
+`just bench` (experiments/engine-bench) can alternate rounds of llama.cpp with rounds of our engine
 on the same weights and prompt: on a machine shared with other work, timings drift by tens of
 percent within a minute, and only measurements taken side by side compare fairly.
 

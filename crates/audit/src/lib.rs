@@ -482,7 +482,10 @@ fn leaks(value: &Value, path: String, redactor: &common::artifact::Redactor, f: 
 
 /// Manifests under `manifests/<experiment>/` that no audited artifact ran.
 pub fn unreproduced(ws: &Workspace, reports: &[Report]) -> Vec<String> {
-    let ran: std::collections::BTreeSet<&str> = reports.iter().filter_map(|r| r.manifest.as_deref()).collect();
+    // A custom run (other parameters than its manifest's) does not reproduce the manifest.
+    let custom = |r: &&Report| r.findings.iter().any(|f| f.check == "parameters");
+    let ran: std::collections::BTreeSet<&str> =
+        reports.iter().filter(|r| !custom(r)).filter_map(|r| r.manifest.as_deref()).collect();
     ws.experiment_manifests()
         .map(|list| list.into_iter().map(|(p, _)| ws.display_path(&p)).filter(|p| !ran.contains(p.as_str())).collect())
         .unwrap_or_default()

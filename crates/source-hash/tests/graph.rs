@@ -52,7 +52,7 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
         "crates/tools/src/registry.rs",
         "experiments/serving-bench/src/lib.rs",
         "crates/engine/tests/new_test.rs",
-        "crates/common/benches/engine.rs",
+        "crates/common/benches/verify.rs",
     ] {
         append(unlinked);
         assert_eq!(hash(), before, "editing {unlinked} changed the scheduler's source hash");
@@ -61,5 +61,41 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
         let was = hash();
         append(linked);
         assert_ne!(hash(), was, "editing {linked} left the scheduler's source hash unchanged");
+    }
+}
+
+/// The layering rule of ARCHITECTURE.md, from the manifests: each crate links only the layers
+/// below it; no library below the tools links an experiment, and no experiment links another,
+/// the audit, the report or the tools.
+#[test]
+fn every_crate_links_only_the_layers_below_it() {
+    let root = real();
+    let below: [(&str, &[&str]); 7] = [
+        ("crates/source-hash", &[]),
+        ("crates/supply", &["crates/source-hash"]),
+        ("crates/engine", &["crates/supply", "crates/source-hash"]),
+        ("crates/records", &["crates/supply", "crates/source-hash"]),
+        ("crates/common", &["crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
+        ("crates/audit", &["crates/common", "crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
+        ("crates/report", &["crates/common", "crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
+    ];
+    for (krate, allowed) in below {
+        let linked = linked_crates(&root, krate).unwrap();
+        let extra: Vec<&String> = linked[1..].iter().filter(|c| !allowed.contains(&c.as_str())).collect();
+        assert!(extra.is_empty(), "{krate} links {extra:?}, above or beside its layer");
+    }
+    let experiments: Vec<String> = std::fs::read_dir(root.join("experiments"))
+        .unwrap()
+        .map(|e| format!("experiments/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    assert!(experiments.len() >= 3);
+    let common = linked_crates(&root, "crates/common").unwrap();
+    for experiment in &experiments {
+        let linked = linked_crates(&root, experiment).unwrap();
+        let extra: Vec<&String> = linked[1..].iter().filter(|c| !common.contains(c)).collect();
+        assert!(
+            extra.is_empty(),
+            "{experiment} links {extra:?}: an experiment links `common` and the layers under it only"
+        );
     }
 }
