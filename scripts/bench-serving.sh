@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 manifest=manifests/serving-bench/qwen2.5-0.5b.json
-cargo build --release -p serving-bench -p common --bins
+cargo build --release -p serving-bench -p tools --bins
 ./target/release/models generate qwen2.5-0.5b
 
 targets=(--target openai=embedded)
