@@ -28,17 +28,24 @@ fn main() {
     }
 }
 
-/// The newest artifact in each folder holding artifacts (one per experiment and manifest).
+/// The newest artifact of each experiment in each folder holding artifacts (one per experiment and
+/// manifest).
 fn newest_per_manifest(dir: &Path, reports: &Path) -> Vec<PathBuf> {
-    let mut by_dir: std::collections::BTreeMap<PathBuf, PathBuf> = Default::default();
+    // Keyed by folder and experiment: `artifacts/bench/` holds several experiments' artifacts.
+    let mut newest: std::collections::BTreeMap<(PathBuf, String), PathBuf> = Default::default();
     for file in audit::artifact_files(dir).into_iter().filter(|f| !f.starts_with(reports)) {
         let parent = file.parent().map(Path::to_path_buf).unwrap_or_default();
-        let newer = by_dir.get(&parent).is_none_or(|current| file > *current);
-        if newer {
-            by_dir.insert(parent, file);
+        let experiment = std::fs::read(&file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .and_then(|v| v.pointer("/provenance/experiment").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or_default();
+        let key = (parent, experiment);
+        if newest.get(&key).is_none_or(|current| file > *current) {
+            newest.insert(key, file);
         }
     }
-    by_dir.into_values().collect()
+    newest.into_values().collect()
 }
 
 fn run(cli: Cli) -> Result<()> {
