@@ -10,11 +10,9 @@
 
 use clap::Parser;
 use common::chart::{Chart, CompareRow, Lines, Section};
-use common::experiment::{AnyManifest, Experiment, ModelArgs, Settings};
+use common::experiment::{AnyManifest, CommandLine, Experiment, ModelArgs, Settings};
 use common::finding::Findings;
-use common::manifest::ExperimentManifest;
 use common::provenance::Provenance;
-use common::schema::schema_of;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -37,9 +35,11 @@ pub struct Args {
     pub no_stock: bool,
 }
 
-impl Args {
+impl CommandLine for Args {
+    type Parameters = Parameters;
+
     /// The manifest's parameters with the command line's overrides.
-    pub fn effective(&self, base: &Parameters) -> Parameters {
+    fn effective(&self, base: &Parameters) -> Parameters {
         let mut p = base.clone();
         if let Some(r) = self.rounds {
             p.rounds = r as usize;
@@ -51,7 +51,7 @@ impl Args {
     }
 
     /// What the command line asked for, as `provenance.settings.requested` records it.
-    pub fn requested(&self) -> Value {
+    fn requested(&self) -> Value {
         json!({ "rounds": self.rounds, "no_stock": self.no_stock, "model": self.model })
     }
 }
@@ -381,29 +381,15 @@ impl Experiment for DecodeScaling {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        vec![
-            (format!("{EXPERIMENT}-manifest.v1"), schema_of::<ExperimentManifest<Parameters, Expectations>>()),
-            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<Artifact>()),
-        ]
+        common::experiment::schemas_of::<Parameters, Expectations, Artifact>(EXPERIMENT)
     }
 
     fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
-        let args = Args::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
-        let effective = match manifest_parameters {
-            None => None,
-            Some(base) => {
-                let base: Parameters = serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
-                Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
-            }
-        };
-        Ok(Settings { requested: args.requested(), effective })
+        common::experiment::settings::<Args>(argv, manifest_parameters)
     }
 
     fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
-        match serde_json::from_value::<Artifact>(artifact.clone()) {
-            Ok(a) => check(&a, f),
-            Err(e) => f.wrong("schema", "", format!("does not read as a {EXPERIMENT} artifact: {e}")),
-        }
+        common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {

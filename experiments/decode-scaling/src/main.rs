@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_transformers::models::qwen2::ModelForCausalLM;
 use clap::Parser;
-use common::experiment::prepare;
+use common::experiment::{prepare, CommandLine};
 use common::load::LoadedModel;
 use common::session::Session;
 use decode_scaling::{

@@ -11,11 +11,9 @@
 
 use clap::Parser;
 use common::chart::{Chart, CompareRow, Grouped, Section};
-use common::experiment::{AnyManifest, Experiment, ModelArgs, Settings};
+use common::experiment::{AnyManifest, CommandLine, Experiment, ModelArgs, Settings};
 use common::finding::Findings;
-use common::manifest::ExperimentManifest;
 use common::provenance::Provenance;
-use common::schema::schema_of;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -35,8 +33,10 @@ pub struct Args {
     pub rounds: Option<u64>,
 }
 
-impl Args {
-    pub fn effective(&self, base: &Parameters) -> Parameters {
+impl CommandLine for Args {
+    type Parameters = Parameters;
+
+    fn effective(&self, base: &Parameters) -> Parameters {
         let mut p = base.clone();
         if let Some(r) = self.rounds {
             p.rounds = r as usize;
@@ -44,7 +44,7 @@ impl Args {
         p
     }
 
-    pub fn requested(&self) -> Value {
+    fn requested(&self) -> Value {
         json!({ "rounds": self.rounds, "model": self.model })
     }
 }
@@ -271,29 +271,15 @@ impl Experiment for EngineBench {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        vec![
-            (format!("{EXPERIMENT}-manifest.v1"), schema_of::<ExperimentManifest<Parameters, Value>>()),
-            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<Artifact>()),
-        ]
+        common::experiment::schemas_of::<Parameters, Value, Artifact>(EXPERIMENT)
     }
 
     fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
-        let args = Args::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
-        let effective = match manifest_parameters {
-            None => None,
-            Some(base) => {
-                let base: Parameters = serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
-                Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
-            }
-        };
-        Ok(Settings { requested: args.requested(), effective })
+        common::experiment::settings::<Args>(argv, manifest_parameters)
     }
 
     fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
-        match serde_json::from_value::<Artifact>(artifact.clone()) {
-            Ok(a) => check(&a, f),
-            Err(e) => f.wrong("schema", "", format!("does not read as an {EXPERIMENT} artifact: {e}")),
-        }
+        common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {

@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
 use clap::Parser;
-use common::experiment::prepare;
+use common::experiment::{prepare, CommandLine};
 use common::gguf::WeightType;
 use common::load::LoadedModel;
 use common::policy::Policy;

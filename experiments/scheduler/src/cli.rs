@@ -3,7 +3,7 @@
 
 use crate::study::Parameters;
 use clap::Parser;
-use common::experiment::ModelArgs;
+use common::experiment::{CommandLine, ModelArgs};
 use common::policy::Policy;
 use common::schedule::RunConfig;
 use serde_json::{json, Value};
@@ -33,8 +33,10 @@ pub struct Args {
 }
 
 /// Applies the command-line overrides to the manifest's parameters.
-impl Args {
-    pub fn effective(&self, base: &Parameters) -> Parameters {
+impl CommandLine for Args {
+    type Parameters = Parameters;
+
+    fn effective(&self, base: &Parameters) -> Parameters {
         let args = self;
         let mut p = base.clone();
         if !args.policy.is_empty() || !args.chunk_size.is_empty() {
@@ -63,7 +65,7 @@ impl Args {
     }
 
     /// What the command line asked for, as `provenance.settings.requested` records it.
-    pub fn requested(&self) -> Value {
+    fn requested(&self) -> Value {
         json!({
             "policy": self.policy.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "chunk_size": self.chunk_size, "max_active": self.max_active,

@@ -11,12 +11,9 @@ pub mod cli;
 mod report;
 pub mod study;
 
-use clap::Parser;
 use common::chart::{CompareRow, Section};
 use common::experiment::{AnyManifest, Experiment, Settings};
 use common::finding::Findings;
-use common::manifest::ExperimentManifest;
-use common::schema::schema_of;
 use serde_json::Value;
 
 /// The experiment's name.
@@ -41,26 +38,11 @@ impl Experiment for Scheduler {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        vec![
-            (
-                format!("{EXPERIMENT}-manifest.v1"),
-                schema_of::<ExperimentManifest<study::Parameters, study::Expectations>>(),
-            ),
-            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<study::SchedulerArtifact>()),
-        ]
+        common::experiment::schemas_of::<study::Parameters, study::Expectations, study::SchedulerArtifact>(EXPERIMENT)
     }
 
     fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
-        let args = cli::Args::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
-        let effective = match manifest_parameters {
-            None => None,
-            Some(base) => {
-                let base: study::Parameters =
-                    serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
-                Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
-            }
-        };
-        Ok(Settings { requested: args.requested(), effective })
+        common::experiment::settings::<cli::Args>(argv, manifest_parameters)
     }
 
     fn audit(&self, artifact: &Value, expectations: Option<&Value>, findings: &mut Findings) {

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use common::experiment::prepare;
+use common::experiment::{prepare, CommandLine};
 use common::qwen::WeightDtype;
 use common::schedule::{self, request_metrics, Job};
 use scheduler::cli::Args;

@@ -3,7 +3,7 @@
 
 use crate::serving::{self, Parameters};
 use clap::{Args, Parser, Subcommand};
-use common::experiment::ModelArgs;
+use common::experiment::{CommandLine, ModelArgs};
 use common::policy::Policy;
 use serde_json::{json, Value};
 
@@ -188,5 +188,21 @@ pub fn seed_parameters() -> Parameters {
         server_queue: 64,
         server_policy: Policy::Batched,
         server_chunk_size: None,
+    }
+}
+
+impl CommandLine for Cli {
+    type Parameters = Parameters;
+
+    fn requested(&self) -> Value {
+        self.bench.requested()
+    }
+
+    fn effective(&self, base: &Parameters) -> Parameters {
+        self.bench.effective(base.clone())
+    }
+
+    fn writes_no_artifact(&self) -> Option<&'static str> {
+        self.command.as_ref().map(|_| "`serve` writes no artifact")
     }
 }

@@ -15,12 +15,9 @@ pub mod server;
 pub mod serving;
 pub mod stream;
 
-use clap::Parser;
 use common::chart::{CompareRow, Section};
 use common::experiment::{AnyManifest, Experiment, Settings};
 use common::finding::Findings;
-use common::manifest::ExperimentManifest;
-use common::schema::schema_of;
 use serde_json::Value;
 
 /// The experiment's name.
@@ -41,26 +38,11 @@ impl Experiment for ServingBench {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        vec![
-            (format!("{EXPERIMENT}-manifest.v1"), schema_of::<ExperimentManifest<serving::Parameters, Value>>()),
-            (format!("{EXPERIMENT}-artifact.v1"), schema_of::<serving::ServingArtifact>()),
-        ]
+        common::experiment::schemas_of::<serving::Parameters, Value, serving::ServingArtifact>(EXPERIMENT)
     }
 
     fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
-        let args = match cli::Cli::try_parse_from(argv).map_err(|e| e.kind().to_string())? {
-            cli::Cli { command: Some(_), .. } => return Err("`serve` writes no artifact".into()),
-            cli::Cli { bench, .. } => bench,
-        };
-        let effective = match manifest_parameters {
-            None => None,
-            Some(base) => {
-                let base: serving::Parameters =
-                    serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
-                Some(serde_json::to_value(args.effective(base)).map_err(|e| e.to_string())?)
-            }
-        };
-        Ok(Settings { requested: args.requested(), effective })
+        common::experiment::settings::<cli::Cli>(argv, manifest_parameters)
     }
 
     fn audit(&self, artifact: &Value, _expectations: Option<&Value>, findings: &mut Findings) {

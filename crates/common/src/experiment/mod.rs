@@ -11,6 +11,8 @@ pub use prepare::{prepare, ManifestRun, ModelArgs, PrepareError, Prepared};
 
 use crate::chart::{CompareRow, Section};
 use crate::finding::Findings;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 /// A manifest as the tools read it, before an experiment gives its parts their types.
@@ -21,6 +23,65 @@ pub struct Settings {
     pub requested: Value,
     /// `None` without a manifest.
     pub effective: Option<Value>,
+}
+
+/// An experiment's command line, as a run records it and the audit re-reads it.
+pub trait CommandLine: clap::Parser {
+    /// The manifest's parameters, which flags may override.
+    type Parameters: DeserializeOwned + Serialize;
+
+    /// What the command line asked for, as `provenance.settings.requested` records it.
+    fn requested(&self) -> Value;
+
+    /// The manifest's parameters with the command line's overrides.
+    fn effective(&self, base: &Self::Parameters) -> Self::Parameters;
+
+    /// Why this command line writes no artifact (a subcommand such as `serve`), if so.
+    fn writes_no_artifact(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// [`Experiment::schemas`] for an experiment whose manifest holds `P` and `E` and whose artifact
+/// is `A`: `<name>-manifest.v1` and `<name>-artifact.v1`.
+pub fn schemas_of<P: schemars::JsonSchema, E: schemars::JsonSchema, A: schemars::JsonSchema>(
+    name: &str,
+) -> Vec<(String, Value)> {
+    use crate::schema::schema_of;
+    vec![
+        (format!("{name}-manifest.v1"), schema_of::<crate::manifest::ExperimentManifest<P, E>>()),
+        (format!("{name}-artifact.v1"), schema_of::<A>()),
+    ]
+}
+
+/// For [`Experiment::audit`]: reads `artifact` as `A` and runs `check` on it; one that does not
+/// read is a schema finding.
+pub fn audit_as<A: DeserializeOwned>(
+    name: &str,
+    artifact: &Value,
+    f: &mut Findings,
+    check: impl FnOnce(&A, &mut Findings),
+) {
+    match serde_json::from_value::<A>(artifact.clone()) {
+        Ok(a) => check(&a, f),
+        Err(e) => f.wrong("schema", "", format!("does not read as a {name} artifact: {e}")),
+    }
+}
+
+/// [`Experiment::settings`] for an experiment whose command line is `A`.
+pub fn settings<A: CommandLine>(argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+    let args = A::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+    if let Some(why) = args.writes_no_artifact() {
+        return Err(why.to_string());
+    }
+    let effective = match manifest_parameters {
+        None => None,
+        Some(base) => {
+            let base: A::Parameters = serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
+            Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(Settings { requested: args.requested(), effective })
 }
 
 /// One experiment, as the tools see it. Everything takes JSON: the tools read artifacts and
