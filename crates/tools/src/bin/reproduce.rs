@@ -123,8 +123,13 @@ fn reproduce_one(
         }
         Err(e) => return Outcome::Failed(e.to_string()),
     }
-    let mut cmd = Command::new(&binary);
-    cmd.arg("--manifest").arg(path).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    // From the root, with paths relative to it: the run records its command line, and an
+    // artifact should not carry where this checkout happens to sit.
+    let relative =
+        |p: &std::path::Path| p.strip_prefix(&ws.root).map(|r| std::path::Path::new(".").join(r)).unwrap_or(p.into());
+    let mut cmd = Command::new(relative(&binary));
+    cmd.current_dir(&ws.root).arg("--manifest").arg(ws.display_path(path));
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     if offline {
         cmd.arg("--offline");
     }
