@@ -146,16 +146,14 @@ impl Audit<'_> {
             ),
         }
         }
-        let checked = catch_unwind(AssertUnwindSafe(|| {
+        let checked = guarded(|| {
             let mut own = Findings::default();
             kind.audit(&body, expectations.as_ref(), &mut own);
             own
-        }));
+        });
         match checked {
             Ok(own) => f.0.extend(own.0),
-            Err(panic) => {
-                f.wrong("invariants", "", format!("the {experiment} checks panicked: {}", panic_message(&panic)))
-            }
+            Err(panic) => f.wrong("invariants", "", format!("the {experiment} checks panicked: {panic}")),
         }
         f.into_report(shown, Some(experiment), manifest_path)
     }
@@ -176,19 +174,11 @@ impl Audit<'_> {
                 "no provenance block: code version, build, host details and model digests are unknown",
             );
         }
-        let kind = self
-            .experiments
-            .iter()
-            .copied()
-            .find(|e| catch_unwind(AssertUnwindSafe(|| e.recognises(&value))).unwrap_or(false));
+        let kind = self.experiments.iter().copied().find(|e| guarded(|| e.recognises(&value)).unwrap_or(false));
         match kind {
             Some(kind) => {
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| kind.audit_foreign(&value, &mut f))) {
-                    f.wrong(
-                        "invariants",
-                        "",
-                        format!("the {} checks panicked: {}", kind.name(), panic_message(&panic)),
-                    );
+                if let Err(panic) = guarded(|| kind.audit_foreign(&value, &mut f)) {
+                    f.wrong("invariants", "", format!("the {} checks panicked: {panic}", kind.name()));
                 }
             }
             None => f.wrong(
@@ -243,12 +233,16 @@ fn own_folder(ws: &Workspace, experiment: &str, manifest_rel: &str) -> PathBuf {
     ws.artifacts_dir().join(experiment).join(common::manifest::manifest_name(Path::new(manifest_rel)))
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
+/// Runs an experiment's code for the audit: a panic in it becomes its message, so that no
+/// artifact can stop the audit of the others.
+fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
 }
 
 /// `provenance.argv` must be the command line the recorded settings came from, and with the
@@ -261,7 +255,7 @@ fn check_argv(kind: &dyn Experiment, manifest: Option<&AnyManifest>, body: &Valu
         return f.wrong("invariants", "provenance.argv", "missing or empty");
     };
     let parameters = manifest.map(|m| &m.parameters);
-    let settings = match catch_unwind(AssertUnwindSafe(|| kind.settings(&argv, parameters))) {
+    let settings = match guarded(|| kind.settings(&argv, parameters)) {
         Ok(Ok(settings)) => settings,
         Ok(Err(e)) => {
             return f.wrong(
@@ -270,9 +264,7 @@ fn check_argv(kind: &dyn Experiment, manifest: Option<&AnyManifest>, body: &Valu
                 format!("does not parse as a {} command line: {e}", kind.name()),
             )
         }
-        Err(panic) => {
-            return f.wrong("invariants", "provenance.argv", format!("parsing it panicked: {}", panic_message(&panic)))
-        }
+        Err(panic) => return f.wrong("invariants", "provenance.argv", format!("parsing it panicked: {panic}")),
     };
     let recorded = |key: &str| body.pointer(&format!("/provenance/settings/{key}")).cloned().unwrap_or(Value::Null);
     if let Some((field, msg)) =

@@ -9,14 +9,20 @@ use common::workspace::Workspace;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::OnceLock;
 use tools::registry::EXPERIMENTS;
 
 fn workspace() -> Workspace {
     Workspace::discover_from(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-/// One committed artifact per experiment (the newest of each), the seal removed.
-fn seeds() -> Vec<Value> {
+/// One committed artifact per experiment (the newest of each), the seal removed; read once.
+fn seeds() -> &'static [Value] {
+    static SEEDS: OnceLock<Vec<Value>> = OnceLock::new();
+    SEEDS.get_or_init(read_seeds)
+}
+
+fn read_seeds() -> Vec<Value> {
     let ws = workspace();
     let mut out = Vec::new();
     for e in EXPERIMENTS {
@@ -92,7 +98,7 @@ fn panicked(r: &Report) -> Option<String> {
 
 #[test]
 fn an_artifact_without_runs_is_wrong_and_named_not_a_panic() {
-    for mut v in seeds().into_iter().filter(|v| v.get("runs").is_some()) {
+    for mut v in seeds().iter().filter(|v| v.get("runs").is_some()).cloned() {
         v["runs"] = json!([]);
         let r = audit_value(&v);
         assert_eq!(r.verdict, audit::Verdict::Wrong);
