@@ -81,7 +81,7 @@ pub trait Weight: Copy + Send + Sync + 'static {
 /// The weight types differ only in how a value widens and which SIMD functions they use (F16
 /// also needs F16C).
 macro_rules! weight {
-    ($ty:ty, $block:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr) => {
+    ($ty:ty, $block:ident, $panel:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr) => {
         impl Weight for $ty {
             fn to_f32(self) -> f32 {
                 let $v = self;
@@ -92,7 +92,7 @@ macro_rules! weight {
                 if cpu().avx2 && (!$f16c || cpu().f16c) {
                     // SAFETY: the CPU has the instructions (checked above); `linear` checked the
                     // shapes.
-                    unsafe { simd::$block::best(w, k, first, x, rows, yt) };
+                    unsafe { simd::$block(w, k, first, x, rows, yt) };
                     return true;
                 }
                 let _ = (w, k, first, x, rows, yt);
@@ -103,7 +103,7 @@ macro_rules! weight {
                 if cpu().avx2 && (!$f16c || cpu().f16c) {
                     // SAFETY: the CPU has the instructions (checked above); the caller vouches for
                     // the shapes and `y`.
-                    unsafe { simd::$block::panel_best(w, x, rows, y, stride) };
+                    unsafe { simd::$panel(w, x, rows, y, stride) };
                     return true;
                 }
                 let _ = (w, x, rows, y, stride);
@@ -113,9 +113,9 @@ macro_rules! weight {
     };
 }
 
-weight!(f32, block_f32, needs_f16c: false, |v| v);
-weight!(f16, block_f16, needs_f16c: true, |v| f16::to_f32(v));
-weight!(bf16, block_bf16, needs_f16c: false, |v| bf16::to_f32(v));
+weight!(f32, block_f32, panel_f32, needs_f16c: false, |v| v);
+weight!(f16, block_f16, panel_f16, needs_f16c: true, |v| f16::to_f32(v));
+weight!(bf16, block_bf16, panel_bf16, needs_f16c: false, |v| bf16::to_f32(v));
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight) in
 /// `layout`, `y` is `rows × out`; `x` and `y` row-major. Any number of rows.

@@ -22,7 +22,8 @@
 //! position over its cache ([`attend_each`]).
 //!
 //! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`]), one per instruction set
-//! (`x86`: the AVX2 and AVX-512 intrinsics; the portable paths sit beside each kernel), and one
+//! (`x86/avx2.rs` and `x86/avx512.rs`, the intrinsics, behind `x86/mod.rs`; the portable paths
+//! sit beside each kernel), and one
 //! dispatch ([`dispatch`]): the CPU's vector features detected once, and every kernel choosing its
 //! path through them.
 

@@ -183,22 +183,22 @@ fn the_256_and_512_bit_paths_compute_the_same_bits() {
         eprintln!("skipped: this CPU lacks AVX2/FMA/F16C or AVX-512F, so it runs one path only");
         return;
     }
-    use simd::{block_bf16, block_f16, block_f32};
+    use simd::{avx2, avx512};
     // In rows: widths with whole 32-blocks, a leftover 8-block and a scalar tail; one to six
     // rows.
     for (out, k, rows) in [(5, 64, 1), (7, 75, 4), (3, 131, 6), (4, 896, 2)] {
         let (w, x) = (data(out * k, 15), data(rows * k, 16));
-        same_bits((block_f32::avx2, block_f32::avx512), &w, k, &x, "f32");
-        same_bits((block_f16::avx2, block_f16::avx512), &to(&w, f16::from_f32), k, &x, "f16");
-        same_bits((block_bf16::avx2, block_bf16::avx512), &to(&w, bf16::from_f32), k, &x, "bf16");
+        same_bits((avx2::block_f32, avx512::block_f32), &w, k, &x, "f32");
+        same_bits((avx2::block_f16, avx512::block_f16), &to(&w, f16::from_f32), k, &x, "f16");
+        same_bits((avx2::block_bf16, avx512::block_bf16), &to(&w, bf16::from_f32), k, &x, "bf16");
     }
     // In panels: two whole panels; groups of one to eight rows and past them.
     for (k, rows) in [(33, 1), (75, 3), (8, 8), (131, 11)] {
         let (w, x) = (Layout::panels(k).arrange(&data(2 * PANEL * k, 17)), data(rows * k, 18));
-        same_panel_bits((block_f32::panel_avx2, block_f32::panel_avx512), &w, k, &x, "f32");
+        same_panel_bits((avx2::panel_f32, avx512::panel_f32), &w, k, &x, "f32");
         let (w16, wb16) = (to(&w, f16::from_f32), to(&w, bf16::from_f32));
-        same_panel_bits((block_f16::panel_avx2, block_f16::panel_avx512), &w16, k, &x, "f16");
-        same_panel_bits((block_bf16::panel_avx2, block_bf16::panel_avx512), &wb16, k, &x, "bf16");
+        same_panel_bits((avx2::panel_f16, avx512::panel_f16), &w16, k, &x, "f16");
+        same_panel_bits((avx2::panel_bf16, avx512::panel_bf16), &wb16, k, &x, "bf16");
     }
 
     type Path<W> = unsafe fn(&[W], usize, usize, &[f32], usize, &mut [f32]);

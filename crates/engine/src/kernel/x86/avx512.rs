@@ -1,0 +1,207 @@
+//! AVX-512 (F, VL; BW and VNNI for the integer products): the same dot products and panels as
+//! [`super::avx2`] in 512-bit vectors, each lane doing the arithmetic its 256-bit counterpart
+//! does, so both give the same bits; and the screen's exact integer products.
+
+use super::super::Weight;
+use super::{avx2, prefetch, prefetch_panel, rows_at, PANEL};
+use half::{bf16, f16};
+use std::arch::x86_64::*;
+
+/// [`avx2`]'s `dots` in 512-bit vectors: each vector holds two of its eight-lane accumulators side
+/// by side (lanes 0-7 one, 8-15 the next), so every lane does exactly the arithmetic it does
+/// there, in half the instructions. (Tried: two weight rows per pass, each activation load
+/// feeding both: for four rows, a fifth faster in cache but a quarter slower from memory on
+/// the huge pages the weights live on, so not kept; eight activation rows per pass: slower,
+/// the accumulators spill; prefetching whole weight rows ahead into L2: slower.)
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn dots<W: Weight, const R: usize>(
+    w: *const W,
+    xs: [&[f32]; R],
+    load8: impl Fn(*const W, usize) -> __m256 + Copy,
+    load16: impl Fn(*const W, usize) -> __m512,
+) -> [f32; R] {
+    let blocks = xs[0].len() / 32 * 32;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut i = 0;
+    while i < blocks {
+        if R > 1 {
+            prefetch(w, i);
+        }
+        for h in 0..2 {
+            let v = load16(w, i + 16 * h);
+            for r in 0..R {
+                acc[r][h] = _mm512_fmadd_ps(v, _mm512_loadu_ps(xs[r].as_ptr().add(i + 16 * h)), acc[r][h]);
+            }
+        }
+        i += 32;
+    }
+    end(w, xs, acc, load8)
+}
+
+/// [`avx2::end`] for [`dots`]'s accumulators, split back into the four eight-lane ones of
+/// each output.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn end<W: Weight, const R: usize>(
+    w: *const W,
+    xs: [&[f32]; R],
+    acc: [[__m512; 2]; R],
+    load8: impl Fn(*const W, usize) -> __m256,
+) -> [f32; R] {
+    let mut acc8 = [[_mm256_setzero_ps(); 4]; R];
+    for r in 0..R {
+        for h in 0..2 {
+            let v = _mm512_castps_pd(acc[r][h]);
+            acc8[r][2 * h] = _mm256_castpd_ps(_mm512_castpd512_pd256(v));
+            acc8[r][2 * h + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v));
+        }
+    }
+    avx2::end(w, xs, acc8, load8)
+}
+
+/// One whole panel (`w`, [`super::super::Layout`]) against `G` activation rows from `x` (rows of `k`):
+/// per input, the panel's 32 weights are loaded (widened by `load16`) once, and each row's
+/// activation value, broadcast, multiplies them into that row's two accumulators, one output
+/// per lane. Row `g`'s outputs go to `y + g · stride`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn panel<W: Weight, const G: usize>(
+    w: *const W,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+    stride: usize,
+    load16: impl Fn(*const W, usize) -> __m512,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; G];
+    for i in 0..k {
+        let at = w.add(i * PANEL);
+        if G > 1 {
+            prefetch_panel(at);
+        }
+        let v = [load16(at, 0), load16(at, 16)];
+        for g in 0..G {
+            let b = _mm512_set1_ps(*x.add(g * k + i));
+            for h in 0..2 {
+                acc[g][h] = _mm512_fmadd_ps(v[h], b, acc[g][h]);
+            }
+        }
+    }
+    for g in 0..G {
+        for h in 0..2 {
+            _mm512_storeu_ps(y.add(g * stride + 16 * h), acc[g][h]);
+        }
+    }
+}
+
+/// [`super::super::linear`]'s panel product in 512-bit vectors: the activation rows in groups of up to eight (the
+/// accumulators of eight fill half the registers), each group one pass over the panel.
+#[inline(always)]
+unsafe fn panel_rows<W: Weight>(
+    w: &[W],
+    x: &[f32],
+    rows: usize,
+    y: *mut f32,
+    stride: usize,
+    load16: impl Fn(*const W, usize) -> __m512 + Copy,
+) {
+    let k = x.len() / rows;
+    let mut r = 0;
+    while r < rows {
+        let (w, x, y) = (w.as_ptr(), x[r * k..].as_ptr(), y.add(r * stride));
+        let g = (rows - r).min(8);
+        match g {
+            1 => panel::<W, 1>(w, k, x, y, stride, load16),
+            2 => panel::<W, 2>(w, k, x, y, stride, load16),
+            3 => panel::<W, 3>(w, k, x, y, stride, load16),
+            4 => panel::<W, 4>(w, k, x, y, stride, load16),
+            5 => panel::<W, 5>(w, k, x, y, stride, load16),
+            6 => panel::<W, 6>(w, k, x, y, stride, load16),
+            7 => panel::<W, 7>(w, k, x, y, stride, load16),
+            _ => panel::<W, 8>(w, k, x, y, stride, load16),
+        }
+        r += g;
+    }
+}
+
+/// [`super::super::int`]'s `int_block` with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
+/// and feed every activation row of a group of four.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(in super::super) unsafe fn int_block_vnni(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
+    let rows = p.len() / k;
+    for (qj, yt) in q.chunks_exact(k).zip(yt.chunks_exact_mut(rows)) {
+        let mut r = 0;
+        while r + 4 <= rows {
+            yt[r..r + 4].copy_from_slice(&int_dots::<4>(qj, p, k, r));
+            r += 4;
+        }
+        match rows - r {
+            1 => yt[r..].copy_from_slice(&int_dots::<1>(qj, p, k, r)),
+            2 => yt[r..].copy_from_slice(&int_dots::<2>(qj, p, k, r)),
+            3 => yt[r..].copy_from_slice(&int_dots::<3>(qj, p, k, r)),
+            _ => {}
+        }
+    }
+}
+
+/// Weight row `q` against activation rows `first..first + R` of `p` (rows of `k`).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn int_dots<const R: usize>(q: &[i8], p: &[i16], k: usize, first: usize) -> [i32; R] {
+    let whole = k / 32 * 32;
+    let mut acc = [_mm512_setzero_si512(); R];
+    let mut i = 0;
+    while i < whole {
+        let w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(q.as_ptr().add(i) as *const __m256i));
+        for r in 0..R {
+            let x = _mm512_loadu_si512(p.as_ptr().add((first + r) * k + i) as *const __m512i);
+            acc[r] = _mm512_dpwssd_epi32(acc[r], w, x);
+        }
+        i += 32;
+    }
+    let mut out = [0i32; R];
+    for r in 0..R {
+        let tail = &p[(first + r) * k + whole..(first + r + 1) * k];
+        out[r] = _mm512_reduce_add_epi32(acc[r]) + super::super::int::int_dot(&q[whole..], tail);
+    }
+    out
+}
+
+/// Sixteen weights of type `$ty` from index `i` of `p`, widened to F32 ([`widen8`]'s sixteen-lane
+/// counterpart).
+macro_rules! widen16 {
+    (f32) => {
+        |p: *const f32, i| _mm512_loadu_ps(p.add(i))
+    };
+    (f16) => {
+        |p: *const f16, i| _mm512_cvtph_ps(_mm256_loadu_si256((p as *const u16).add(i) as *const __m256i))
+    };
+    (bf16) => {
+        |p: *const bf16, i| {
+            let halves = _mm512_cvtepu16_epi32(_mm256_loadu_si256((p as *const u16).add(i) as *const __m256i));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(halves))
+        }
+    };
+}
+
+/// `$block` and `$panel` for weight type `$ty` (which also needs `$extra`).
+macro_rules! entry_points {
+    ($block:ident, $panel:ident, $ty:ident, $extra:literal) => {
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+        #[target_feature(enable = $extra)]
+        pub(in crate::kernel) unsafe fn $block(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+            in_rows!((w, k, first, x, rows, yt), |wj, xs| dots(wj, xs, widen8!($ty), widen16!($ty)))
+        }
+
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+        #[target_feature(enable = $extra)]
+        pub(in crate::kernel) unsafe fn $panel(w: &[$ty], x: &[f32], rows: usize, y: *mut f32, stride: usize) {
+            panel_rows(w, x, rows, y, stride, widen16!($ty))
+        }
+    };
+}
+
+entry_points!(block_f32, panel_f32, f32, "avx");
+entry_points!(block_f16, panel_f16, f16, "f16c");
+entry_points!(block_bf16, panel_bf16, bf16, "avx");
