@@ -42,7 +42,8 @@ new-experiment NAME:
 
 # Benchmarks: the engine against the stock candle loop and llama.cpp, context and batch scaling,
 # scheduler overhead, into an artifact under artifacts/bench/ (the audit recomputes its ratios);
-# then checkpoint verification against plain reading, and the serving client's cost (printed).
+# then checkpoint verification against plain reading and the serving client's cost (printed), and
+# the micro-benchmarks under criterion (kernels, digests, stream parsers; history in target/criterion/).
 # llama.cpp's Python binding is built from source into .venv-llama once (about 8 minutes);
 # without a compiler or registry access that comparison is skipped (the artifact says so).
 bench:
@@ -51,6 +52,7 @@ bench:
     ./target/release/engine-bench --manifest manifests/engine-bench/qwen2.5-0.5b.json --out artifacts/bench/engine-$(date -u +%Y%m%dT%H%M%SZ).json
     cargo bench -p common --bench verify
     cargo bench -p serving-bench --bench client
+    cargo bench -p engine --bench kernels -p supply --bench digest -p serving-bench --bench parsers
 
 # The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.
 # llama-server is built from source into .llama-server once (about 10 minutes); without a

@@ -1,0 +1,87 @@
+//! The kernels alone, on the 0.5B model's shapes: a projection in rows (the head's way) and in
+//! panels (the layers' way) for one and four activation rows and each weight type, the head
+//! screen's integer products, attention of one new position over a 1024-position cache, and the
+//! MLP activation. `cargo bench -p engine --bench kernels` (criterion keeps the history under
+//! `target/criterion/` and reports the change from the last run); `cargo test` runs each once.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use engine::kernel::{attend_each, int_products, linear, silu_mul, Attending, AttentionShape, Layout, Weight, TILE};
+use half::{bf16, f16};
+use std::hint::black_box;
+
+/// The 0.5B shape: hidden 896, MLP 4864 (gate and up: 9728 outputs), 14 query and 2 KV heads of 64.
+const HIDDEN: usize = 896;
+const GATE_UP: usize = 9728;
+
+/// Deterministic values in [-1, 1): the kernels' cost does not depend on them.
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn projection<W: Weight>(c: &mut Criterion, name: &str, widen: fn(f32) -> W) {
+    let mut group = c.benchmark_group(format!("linear/{name}"));
+    let w: Vec<W> = data(GATE_UP * HIDDEN, 1).into_iter().map(widen).collect();
+    group.throughput(Throughput::Bytes((w.len() * std::mem::size_of::<W>()) as u64));
+    for (label, layout) in [("rows", Layout::rows(HIDDEN)), ("panels", Layout::panels(HIDDEN))] {
+        let laid = layout.arrange(&w);
+        for rows in [1, 4] {
+            let x = data(rows * HIDDEN, 2);
+            group.bench_function(BenchmarkId::new(label, rows), |b| {
+                b.iter(|| linear(black_box(&laid), layout, None, black_box(&x), rows))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn projections(c: &mut Criterion) {
+    projection::<f32>(c, "f32", |v| v);
+    projection::<f16>(c, "f16", f16::from_f32);
+    projection::<bf16>(c, "bf16", bf16::from_f32);
+}
+
+fn screen(c: &mut Criterion) {
+    // The head's screen: 151,936 vocabulary rows of eight-bit weights against one sixteen-bit row.
+    let (vocab, rows) = (151_936, 1);
+    let q: Vec<i8> = data(vocab * HIDDEN, 3).iter().map(|v| (v * 127.0) as i8).collect();
+    let p: Vec<i16> = data(rows * HIDDEN, 4).iter().map(|v| (v * 1000.0) as i16).collect();
+    let mut group = c.benchmark_group("int_products");
+    group.throughput(Throughput::Bytes(q.len() as u64));
+    group.bench_function("head", |b| b.iter(|| int_products(black_box(&q), black_box(&p), rows, HIDDEN)));
+    group.finish();
+}
+
+fn attention(c: &mut Criterion) {
+    let (heads, kv_heads, d, capacity) = (14, 2, 64, 1024usize.next_multiple_of(TILE));
+    let q = data(heads * d, 5);
+    let (k, v) = (data(kv_heads * capacity * d, 6), data(kv_heads * capacity * d, 7));
+    let mut group = c.benchmark_group("attend_each");
+    for len in [128, capacity] {
+        let item = Attending { q: &q, k: &k, v: &v, shape: AttentionShape { heads, kv_heads, capacity, len, d } };
+        group.bench_function(BenchmarkId::new("positions", len), |b| {
+            b.iter(|| attend_each(black_box(std::slice::from_ref(&item)), 0.125))
+        });
+    }
+    group.finish();
+}
+
+fn activation(c: &mut Criterion) {
+    let rows = 4;
+    let gate_up = data(rows * GATE_UP, 8);
+    c.bench_function("silu_mul/4", |b| b.iter(|| silu_mul(black_box(&gate_up), rows)));
+}
+
+criterion_group! {
+    name = kernels;
+    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_millis(500));
+    targets = projections, screen, attention, activation
+}
+criterion_main!(kernels);
