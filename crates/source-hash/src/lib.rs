@@ -1,14 +1,16 @@
 //! The source hash of an experiment: SHA-256 over the files of the workspace crates its binary
 //! links (the experiment's crate and, through the dependency graph, every workspace crate it
-//! depends on, build-dependencies included) and `Cargo.lock`; nothing else.
+//! depends on, build-dependencies included) and the `Cargo.lock` entries of every package it
+//! links; nothing else.
 //!
 //! One function serves both sides of the contract: an experiment's `build.rs` bakes the hash into
 //! the binary (so an artifact says which code made it), and the audit recomputes it from the
 //! working tree (so a reviewer learns whether the code changed since). Both must agree byte for
 //! byte, which is why this is its own tiny crate usable as a build-dependency.
 //!
-//! So editing the audit, the report or another experiment leaves an artifact fresh, and editing
-//! the engine it runs makes it stale. Of each crate, its tests, benches and examples are not
+//! So editing the audit, the report or another experiment (or adding a dependency to one of them)
+//! leaves an artifact fresh, and editing the engine it runs, or changing the version of a
+//! package it links, makes it stale. Of each crate, its tests, benches and examples are not
 //! hashed (they are not linked into the binary); everything else is (sources, build script,
 //! manifest, bundled assets), identified by its path relative to the workspace root, so moving
 //! the checkout does not change the hash.
@@ -64,15 +66,8 @@ pub fn linked_crates(workspace: &Path, crate_dir: &str) -> Result<Vec<String>, G
         }
         let manifest = read_toml(&workspace.join(&dir).join("Cargo.toml"))?;
         order.push(dir.clone());
-        let mut tables: Vec<&toml::Table> = Vec::new();
-        for key in ["dependencies", "build-dependencies"] {
-            tables.extend(manifest.get(key).and_then(|t| t.as_table()));
-            if let Some(targets) = manifest.get("target").and_then(|t| t.as_table()) {
-                tables.extend(targets.values().filter_map(|t| t.get(key)).filter_map(|t| t.as_table()));
-            }
-        }
         let mut next = Vec::new();
-        for (name, spec) in tables.into_iter().flatten() {
+        for (name, spec) in linked_tables(&manifest).into_iter().flatten() {
             if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
                 next.push(normalize(&format!("{dir}/{path}")));
             } else if spec.get("workspace").and_then(|w| w.as_bool()) == Some(true) {
@@ -85,8 +80,9 @@ pub fn linked_crates(workspace: &Path, crate_dir: &str) -> Result<Vec<String>, G
     Ok(order)
 }
 
-/// What an experiment's source hash covers, relative to `workspace`: the top-level entries of
-/// every crate it links (their tests, benches and examples left out) and `Cargo.lock`.
+/// The files an experiment's source hash reads, relative to `workspace`: the top-level entries of
+/// every crate it links (their tests, benches and examples left out) and `Cargo.lock` (of which
+/// [`hash_crate`] hashes only the linked packages' entries).
 pub fn hashed_roots(workspace: &Path, crate_dir: &str) -> io::Result<Vec<String>> {
     let mut roots = Vec::new();
     for dir in linked_crates(workspace, crate_dir)? {
@@ -97,8 +93,88 @@ pub fn hashed_roots(workspace: &Path, crate_dir: &str) -> io::Result<Vec<String>
         entries.sort();
         roots.extend(entries.into_iter().map(|name| format!("{dir}/{name}")));
     }
-    roots.push("Cargo.lock".to_string());
+    roots.push(LOCK.to_string());
     Ok(roots)
+}
+
+const LOCK: &str = "Cargo.lock";
+
+/// The `Cargo.lock` entries of every package the crate at `crate_dir` links, one line each
+/// (`name version source checksum: dependencies`), sorted: from the workspace crates it links
+/// (their normal and build dependencies, as their manifests name them), through the lock's own
+/// dependency lists of everything else. A dev-dependency, or a dependency of a crate it does not
+/// link, is not among them, so adding one to the audit or a test stales no artifact.
+pub fn linked_lock(workspace: &Path, crate_dir: &str) -> Result<String, GraphError> {
+    let lock = read_toml(&workspace.join(LOCK))?;
+    let packages: Vec<&toml::Table> = lock
+        .get("package")
+        .and_then(|p| p.as_array())
+        .map(|a| a.iter().filter_map(|p| p.as_table()).collect())
+        .unwrap_or_default();
+    let text = |t: &toml::Table, key: &str| t.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let deps = |t: &toml::Table| -> Vec<String> {
+        let list = t.get("dependencies").and_then(|d| d.as_array());
+        list.map(|a| a.iter().filter_map(|d| d.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    // A lock dependency is `name`, `name version` or `name version (source)`.
+    let find = |spec: &str| -> Option<usize> {
+        let mut words = spec.split(' ');
+        let (name, version) = (words.next().unwrap_or_default(), words.next());
+        packages.iter().position(|p| text(p, "name") == name && version.is_none_or(|v| text(p, "version") == v))
+    };
+    let mut linked = BTreeSet::new();
+    let mut stack = Vec::new();
+    for dir in linked_crates(workspace, crate_dir)? {
+        let manifest = read_toml(&workspace.join(&dir).join("Cargo.toml"))?;
+        let name = manifest.get("package").and_then(|p| p.get("name")).and_then(|n| n.as_str()).unwrap_or_default();
+        let linked_names = linked_dependency_names(&manifest);
+        let Some(entry) = packages.iter().position(|p| text(p, "name") == name && p.get("source").is_none()) else {
+            return Err(GraphError(format!("{LOCK}: no entry for the workspace crate `{name}`; run `cargo build`")));
+        };
+        linked.insert(entry);
+        for spec in deps(packages[entry]) {
+            if linked_names.contains(spec.split(' ').next().unwrap_or_default()) {
+                stack.extend(find(&spec));
+            }
+        }
+    }
+    while let Some(i) = stack.pop() {
+        if linked.insert(i) && packages[i].get("source").is_some() {
+            stack.extend(deps(packages[i]).iter().filter_map(|d| find(d)));
+        }
+    }
+    let mut lines: Vec<String> = linked
+        .into_iter()
+        .map(|i| {
+            let p = packages[i];
+            let (name, version, source, sum) =
+                (text(p, "name"), text(p, "version"), text(p, "source"), text(p, "checksum"));
+            format!("{name} {version} {source} {sum}: {}\n", deps(p).join(", "))
+        })
+        .collect();
+    lines.sort();
+    Ok(lines.concat())
+}
+
+/// The package names a crate's manifest links: its normal and build dependencies (also under
+/// `[target.*]`), a renamed one by its package name.
+fn linked_dependency_names(manifest: &toml::Table) -> BTreeSet<String> {
+    let tables = linked_tables(manifest);
+    let specs = tables.into_iter().flatten();
+    specs.map(|(name, spec)| spec.get("package").and_then(|p| p.as_str()).unwrap_or(name).to_string()).collect()
+}
+
+/// A manifest's dependency tables that are linked into its binary: `[dependencies]` and
+/// `[build-dependencies]`, also under `[target.*]` (not `[dev-dependencies]`).
+fn linked_tables(manifest: &toml::Table) -> Vec<&toml::Table> {
+    let mut tables = Vec::new();
+    for key in ["dependencies", "build-dependencies"] {
+        tables.extend(manifest.get(key).and_then(|t| t.as_table()));
+        if let Some(targets) = manifest.get("target").and_then(|t| t.as_table()) {
+            tables.extend(targets.values().filter_map(|t| t.get(key)).filter_map(|t| t.as_table()));
+        }
+    }
+    tables
 }
 
 fn read_toml(path: &Path) -> Result<toml::Table, GraphError> {
@@ -128,21 +204,35 @@ pub struct SourceHash {
     pub files: Vec<String>,
 }
 
-/// Hashes the given roots (files or directories relative to `workspace`).
+/// The source hash of the crate at `crate_dir` (relative to `workspace`): its [`hashed_roots`],
+/// with `Cargo.lock` standing for the [`linked_lock`] entries only.
+pub fn hash_crate(workspace: &Path, crate_dir: &str) -> io::Result<SourceHash> {
+    let roots: Vec<String> = hashed_roots(workspace, crate_dir)?.into_iter().filter(|r| r != LOCK).collect();
+    let lock = linked_lock(workspace, crate_dir)?;
+    hash_with(workspace, &roots, Some(lock.as_bytes()))
+}
+
+/// Hashes the given roots (files or directories relative to `workspace`), with `lock` (if given)
+/// as the content of `Cargo.lock`.
 ///
 /// The digest is SHA-256 over one line per file, `"<relative path>\0<sha256 of content>\n"`, in
 /// sorted path order: independent of the walk order and of the checkout's location.
-pub fn hash_sources(workspace: &Path, roots: &[String]) -> io::Result<SourceHash> {
+fn hash_with(workspace: &Path, roots: &[String], lock: Option<&[u8]>) -> io::Result<SourceHash> {
     let mut files = Vec::new();
     for root in roots {
         collect(workspace, &workspace.join(root), &mut files)?;
+    }
+    if lock.is_some() {
+        files.push(LOCK.to_string());
     }
     files.sort();
     files.dedup();
     let mut outer = Sha256::new();
     for rel in &files {
-        let bytes = fs::read(workspace.join(rel))?;
-        let inner = Sha256::digest(&bytes);
+        let inner = match lock {
+            Some(lock) if rel == LOCK => Sha256::digest(lock),
+            _ => Sha256::digest(fs::read(workspace.join(rel))?),
+        };
         outer.update(rel.as_bytes());
         outer.update([0u8]);
         outer.update(hex(&inner).as_bytes());
@@ -195,7 +285,7 @@ pub fn build_script() {
     let crate_dir =
         manifest_dir.strip_prefix(&workspace).expect("crate inside workspace").to_string_lossy().replace('\\', "/");
     let roots = hashed_roots(&workspace, &crate_dir).expect("the workspace's dependency graph");
-    let hashed = hash_sources(&workspace, &roots).expect("hash sources");
+    let hashed = hash_crate(&workspace, &crate_dir).expect("hash sources");
     println!("cargo:rerun-if-changed={}", workspace.join("Cargo.toml").display());
     for root in &roots {
         // A directory entry makes cargo rerun when files are added or removed inside it.
@@ -247,16 +337,16 @@ mod tests {
             fs::write(root.join("exp/target/junk"), "ignored").unwrap();
         }
         let roots = vec!["exp".to_string(), "Cargo.lock".to_string()];
-        let ha = hash_sources(&a, &roots).unwrap();
-        let hb = hash_sources(&b, &roots).unwrap();
+        let ha = hash_with(&a, &roots, None).unwrap();
+        let hb = hash_with(&b, &roots, None).unwrap();
         assert_eq!(ha, hb);
         assert_eq!(ha.files, vec!["Cargo.lock", "exp/src/main.rs"]);
 
         fs::write(b.join("exp/src/main.rs"), "fn main() { }").unwrap();
-        assert_ne!(hash_sources(&b, &roots).unwrap().sha256, ha.sha256);
+        assert_ne!(hash_with(&b, &roots, None).unwrap().sha256, ha.sha256);
         fs::write(b.join("exp/src/main.rs"), "fn main() {}").unwrap();
         fs::rename(b.join("exp/src/main.rs"), b.join("exp/src/lib.rs")).unwrap();
-        assert_ne!(hash_sources(&b, &roots).unwrap().sha256, ha.sha256);
+        assert_ne!(hash_with(&b, &roots, None).unwrap().sha256, ha.sha256);
         fs::remove_dir_all(&a).unwrap();
         fs::remove_dir_all(&b).unwrap();
     }

@@ -1,8 +1,8 @@
 //! The hash covers what an experiment's binary links, on this workspace's real dependency graph:
 //! editing the audit, the report, another experiment or a test leaves an artifact fresh; editing
-//! the engine, the experiment itself or `Cargo.lock` makes it stale.
+//! the engine, the experiment itself or the lock entry of a package it links makes it stale.
 
-use source_hash::{find_workspace, hash_sources, hashed_roots, linked_crates};
+use source_hash::{find_workspace, hash_crate, linked_crates, linked_lock};
 use std::path::Path;
 use std::process::Command;
 
@@ -37,7 +37,7 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
         let status = Command::new("cp").arg("-r").arg(real().join(item)).arg(root.join(item)).status().unwrap();
         assert!(status.success(), "copying {item}");
     }
-    let hash = || hash_sources(root, &hashed_roots(root, "experiments/scheduler").unwrap()).unwrap().sha256;
+    let hash = || hash_crate(root, "experiments/scheduler").unwrap().sha256;
     let before = hash();
     let append = |file: &str| {
         let path = root.join(file);
@@ -57,11 +57,34 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
         append(unlinked);
         assert_eq!(hash(), before, "editing {unlinked} changed the scheduler's source hash");
     }
-    for linked in ["crates/engine/src/qwen.rs", "experiments/scheduler/src/lib.rs", "Cargo.lock"] {
+    for linked in ["crates/engine/src/qwen.rs", "experiments/scheduler/src/lib.rs"] {
         let was = hash();
         append(linked);
         assert_ne!(hash(), was, "editing {linked} left the scheduler's source hash unchanged");
     }
+
+    // Cargo.lock: a package only the report links (plotters), or only the serving benchmark
+    // (axum), or only a dev-dependency (criterion), is not the scheduler's; candle-core is.
+    let lock = format!("\n{}", linked_lock(root, "experiments/scheduler").unwrap());
+    assert!(lock.contains("\ncandle-core ") && lock.contains("\nserde "), "{lock}");
+    for other in ["plotters", "axum", "criterion", "proptest"] {
+        assert!(!lock.contains(&format!("\n{other} ")), "the scheduler's lock entries include {other}");
+    }
+    let edit_entry = |name: &str| {
+        let path = root.join("Cargo.lock");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let entry = format!("[[package]]\nname = \"{name}\"\nversion = \"");
+        assert!(text.contains(&entry), "no lock entry for {name}");
+        std::fs::write(&path, text.replacen(&entry, &format!("{entry}0.0.0-edited+"), 1)).unwrap();
+    };
+    for unlinked in ["plotters", "axum", "criterion"] {
+        let was = hash();
+        edit_entry(unlinked);
+        assert_eq!(hash(), was, "editing {unlinked}'s lock entry changed the scheduler's source hash");
+    }
+    let was = hash();
+    edit_entry("candle-core");
+    assert_ne!(hash(), was, "editing candle-core's lock entry left the scheduler's source hash unchanged");
 }
 
 /// The layering rule of ARCHITECTURE.md, from the manifests: each crate links only the layers
