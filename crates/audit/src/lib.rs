@@ -18,15 +18,27 @@ use common::finding::{diff_values, Findings, Report, Severity};
 use common::manifest::{manifest_sha256, read_experiment_manifest};
 use common::workspace::Workspace;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub use common::finding::{Finding, Verdict};
 
 /// The audit of one workspace, with the experiments it knows (the registry's).
 pub struct Audit<'a> {
-    pub ws: &'a Workspace,
-    pub experiments: &'a [&'a dyn Experiment],
+    ws: &'a Workspace,
+    experiments: &'a [&'a dyn Experiment],
+    /// Source hashes by crate folder: an experiment's linked sources are read once per audit,
+    /// not once per artifact.
+    hashes: Mutex<BTreeMap<String, Result<String, Arc<std::io::Error>>>>,
+}
+
+impl<'a> Audit<'a> {
+    /// An audit of `ws`'s artifacts by the `experiments` registered.
+    pub fn new(ws: &'a Workspace, experiments: &'a [&'a dyn Experiment]) -> Self {
+        Audit { ws, experiments, hashes: Mutex::default() }
+    }
 }
 
 /// Every JSON file under `dir` (recursively), sorted.
@@ -86,7 +98,7 @@ impl Audit<'_> {
                 parts[0].clone(),
                 format!("edited after the run (seal mismatch in {})", parts.join(", ")),
             ),
-            Err(e) => f.wrong("seal", SEAL_KEY, e),
+            Err(e) => f.wrong("seal", SEAL_KEY, e.to_string()),
         }
         let mut body = value.clone();
         if let Some(map) = body.as_object_mut() {
@@ -124,7 +136,7 @@ impl Audit<'_> {
             }
             Some(rel) => check_manifest(ws, rel, &body, &mut f),
         };
-        check_source(ws, &body, &mut f);
+        self.check_source(&body, &mut f);
         check_argv(kind, manifest.as_ref(), &body, &mut f);
         let mut expectations = None;
         if let Some(m) = &manifest {
@@ -192,40 +204,103 @@ impl Audit<'_> {
         f.into_report(shown, kind.map(|k| k.name().to_string()), None)
     }
 
+    /// The recorded source hash against the working tree's (hashed once per crate).
+    fn check_source(&self, body: &Value, f: &mut Findings) {
+        let ws = self.ws;
+        let recorded = body.pointer("/provenance/source/sha256").and_then(Value::as_str).unwrap_or_default();
+        let crate_dir = body.pointer("/provenance/source/crate_dir").and_then(Value::as_str).unwrap_or_default();
+        if crate_dir.is_empty() || crate_dir.split(['/', '\\']).any(|p| p == "..") || !ws.root.join(crate_dir).is_dir()
+        {
+            return f.wrong(
+                "source",
+                "provenance.source.crate_dir",
+                format!("`{crate_dir}` is not an experiment crate of this workspace"),
+            );
+        }
+        let now = {
+            let mut hashes = self.hashes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let hashed = hashes
+                .entry(crate_dir.to_string())
+                .or_insert_with(|| source_hash::hash_crate(&ws.root, crate_dir).map(|h| h.sha256).map_err(Arc::new));
+            hashed.clone()
+        };
+        match now {
+            Ok(now) if now != recorded => f.add(
+                Severity::Stale,
+                "source",
+                "provenance.source.sha256",
+                format!(
+                    "the code changed since the run (recorded {}, now {}); re-run it",
+                    short(recorded),
+                    short(&now)
+                ),
+            ),
+            Ok(_) => {}
+            Err(e) => f.wrong("source", "provenance.source.crate_dir", format!("cannot hash the sources: {e}")),
+        }
+    }
+
     /// `just pin`: the manifest with its expectations taken from a fresh artifact. Refused unless
     /// the artifact is current and wrong in nothing but its expectations (an intended change is
     /// pinned from an honest run, never from a broken, stale or custom one). Returns the manifest's
     /// path, its old text and the new one; the caller shows the difference and writes.
-    pub fn pin_from_artifact(&self, artifact_path: &Path) -> Result<(PathBuf, String, String), String> {
+    pub fn pin_from_artifact(&self, artifact_path: &Path) -> Result<(PathBuf, String, String), PinError> {
         let report = self.audit_artifact(artifact_path);
         if let Some(bad) = report.findings.iter().find(|f| {
             f.severity == Severity::Stale
                 || (f.severity == Severity::Wrong && f.check != "expectations")
                 || f.check == "parameters"
         }) {
-            return Err(format!(
-            "{}: cannot pin from it: {}: {} (re-run the experiment on its manifest, then pin from the new artifact)",
-            report.artifact, bad.field, bad.message
-        ));
+            return Err(PinError::Refused {
+                artifact: report.artifact,
+                field: bad.field.clone(),
+                message: bad.message.clone(),
+            });
         }
-        let rel = report
-            .manifest
-            .clone()
-            .ok_or_else(|| format!("{}: unpinned run: there is no manifest to update", report.artifact))?;
-        let kind = report.experiment.as_deref().and_then(|e| self.experiment(e)).ok_or("no registered experiment")?;
-        let value = common::artifact::read_artifact::<Value>(artifact_path).map_err(|e| e.to_string())?;
+        let artifact = report.artifact.clone();
+        let rel = report.manifest.clone().ok_or_else(|| PinError::Unpinned(artifact.clone()))?;
+        let kind = report
+            .experiment
+            .as_deref()
+            .and_then(|e| self.experiment(e))
+            .ok_or_else(|| PinError::Unregistered(artifact.clone()))?;
+        let value = common::artifact::read_artifact::<Value>(artifact_path)?;
         let manifest_path = self.ws.root.join(&rel);
-        let old = std::fs::read_to_string(&manifest_path).map_err(|e| format!("{rel}: {e}"))?;
-        let mut manifest: AnyManifest = read_experiment_manifest(&manifest_path).map_err(|e| e.to_string())?;
-        let Some(expectations) = kind.pin(&value, manifest.expectations.as_ref())? else {
-            return Err(format!("{}: experiment `{}` pins no expectations", report.artifact, kind.name()));
-        };
+        let old = std::fs::read_to_string(&manifest_path).map_err(|cause| PinError::Read { path: rel, cause })?;
+        let mut manifest: AnyManifest = read_experiment_manifest(&manifest_path)?;
+        let expectations = kind
+            .pin(&value, manifest.expectations.as_ref())
+            .map_err(|cause| PinError::Experiment { artifact: artifact.clone(), cause })?
+            .ok_or_else(|| PinError::NothingToPin { artifact, experiment: kind.name() })?;
         manifest.expectations = Some(expectations);
         manifest.source_sha256 = value.pointer("/provenance/source/sha256").and_then(Value::as_str).map(str::to_string);
-        let mut new = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?;
+        let mut new = serde_json::to_string_pretty(&manifest).map_err(PinError::Serialize)?;
         new.push('\n');
         Ok((manifest_path, old, new))
     }
+}
+
+/// Why `just pin` refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("{artifact}: cannot pin from it: {field}: {message} (re-run the experiment on its manifest, then pin from the new artifact)")]
+    Refused { artifact: String, field: String, message: String },
+    #[error("{0}: unpinned run: there is no manifest to update")]
+    Unpinned(String),
+    #[error("{0}: not an artifact of a registered experiment")]
+    Unregistered(String),
+    #[error("{artifact}: experiment `{experiment}` pins no expectations")]
+    NothingToPin { artifact: String, experiment: &'static str },
+    #[error("{artifact}: {cause}")]
+    Experiment { artifact: String, cause: common::experiment::ExperimentError },
+    #[error("{path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
+    #[error("cannot write the manifest: {0}")]
+    Serialize(serde_json::Error),
+    #[error(transparent)]
+    Artifact(#[from] common::artifact::ArtifactError),
+    #[error(transparent)]
+    Manifest(#[from] common::manifest::ManifestError),
 }
 
 /// `artifacts/<experiment>/<manifest name>`: where the manifest's own runs are written.
@@ -233,15 +308,22 @@ fn own_folder(ws: &Workspace, experiment: &str, manifest_rel: &str) -> PathBuf {
     ws.artifacts_dir().join(experiment).join(common::manifest::manifest_name(Path::new(manifest_rel)))
 }
 
+/// An experiment's code that panicked on an artifact, with the panic's message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Panicked(String);
+
 /// Runs an experiment's code for the audit: a panic in it becomes its message, so that no
 /// artifact can stop the audit of the others.
-fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, Panicked> {
     catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
-        panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".into())
+        Panicked(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into()),
+        )
     })
 }
 
@@ -427,34 +509,6 @@ fn check_pin(ws: &Workspace, manifest: &AnyManifest, body: &Value, f: &mut Findi
                 format!("the pin file changed since the run (recorded {}, now {})", short(recorded), short(&now)),
             );
         }
-    }
-}
-
-fn check_source(ws: &Workspace, body: &Value, f: &mut Findings) {
-    let recorded = body.pointer("/provenance/source/sha256").and_then(Value::as_str).unwrap_or_default();
-    let crate_dir = body.pointer("/provenance/source/crate_dir").and_then(Value::as_str).unwrap_or_default();
-    if crate_dir.is_empty() || crate_dir.split(['/', '\\']).any(|p| p == "..") || !ws.root.join(crate_dir).is_dir() {
-        return f.wrong(
-            "source",
-            "provenance.source.crate_dir",
-            format!("`{crate_dir}` is not an experiment crate of this workspace"),
-        );
-    }
-    let hashed =
-        source_hash::hashed_roots(&ws.root, crate_dir).and_then(|roots| source_hash::hash_sources(&ws.root, &roots));
-    match hashed {
-        Ok(now) if now.sha256 != recorded => f.add(
-            Severity::Stale,
-            "source",
-            "provenance.source.sha256",
-            format!(
-                "the code changed since the run (recorded {}, now {}); re-run it",
-                short(recorded),
-                short(&now.sha256)
-            ),
-        ),
-        Ok(_) => {}
-        Err(e) => f.wrong("source", "provenance.source.crate_dir", format!("cannot hash the sources: {e}")),
     }
 }
 

@@ -49,7 +49,7 @@ pub fn argmax(values: &[f32]) -> u32 {
 }
 
 /// A head matrix (`rows × k`) quantized to eight bits per weight, with what bounds its rows' error.
-pub struct Screen {
+pub(crate) struct Screen {
     /// Row `r` is approximately `q[r] · scale[r]`, every `q` within ±127.
     q: Vec<i8>,
     scale: Vec<f32>,

@@ -18,7 +18,7 @@ use tokenizers::Tokenizer;
 
 /// The dtype the weights are read in and activations computed in: F32 is what the transformers
 /// reference uses, so greedy ids are comparable.
-pub const DTYPE: DType = DType::F32;
+pub(crate) const DTYPE: DType = DType::F32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

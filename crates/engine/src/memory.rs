@@ -15,7 +15,7 @@ const HUGE_PAGE: usize = 2 << 20;
 /// A contiguous copy of `t` (F32, F16 or BF16, on the CPU) whose data starts on a huge-page
 /// boundary in memory advised for huge pages. Values, shape and dtype are unchanged; smaller
 /// tensors, other dtypes or devices are returned as a plain contiguous tensor.
-pub fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
+pub(crate) fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
     let t = t.contiguous()?;
     if t.elem_count() * t.dtype().size_in_bytes() < HUGE_PAGE {
         return Ok(t);
@@ -42,7 +42,7 @@ fn aligned_copy<T: WithDType>(src: &[T], like: &Tensor) -> Result<Tensor> {
 /// resident as they are first written, as with `Tensor::zeros`. Why: the KV cache is read by
 /// 512-bit loads along rows of positions; from an allocation that starts off a cache line (as the
 /// allocator's blocks may), every one of them reads two lines.
-pub fn zeros(shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
+pub(crate) fn zeros(shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
     let shape = shape.into();
     if !device.is_cpu() {
         return Tensor::zeros(shape, DType::F32, device);

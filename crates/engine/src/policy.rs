@@ -42,11 +42,8 @@ impl Policy {
         }
     }
 
-    pub fn parse(name: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
-            let known: Vec<_> = Self::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown policy `{name}`; known policies: {}", known.join(", "))
-        })
+    pub fn parse(name: &str) -> Result<Self, UnknownPolicy> {
+        Self::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| UnknownPolicy(name.to_string()))
     }
 
     /// The next step: which requests of `active` (indices in admission order) advance, each with
@@ -81,6 +78,11 @@ impl Policy {
     }
 }
 
+/// A policy name that is none of [`Policy::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy `{}`; known policies: {}", .0, Policy::ALL.map(Policy::name).join(", "))]
+pub struct UnknownPolicy(pub String);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,7 +93,7 @@ mod tests {
             assert_eq!(Policy::parse(p.name()), Ok(p));
         }
         let err = Policy::parse("lifo").unwrap_err();
-        assert_eq!(err, "unknown policy `lifo`; known policies: fifo, interleave, batched");
+        assert_eq!(err.to_string(), "unknown policy `lifo`; known policies: fifo, interleave, batched");
     }
 
     #[test]

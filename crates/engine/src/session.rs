@@ -139,7 +139,7 @@ impl Session {
     }
 
     /// What a scheduling policy may look at.
-    pub fn candidate(&self) -> Candidate {
+    pub(crate) fn candidate(&self) -> Candidate {
         Candidate {
             prompt_tokens: self.prompt.len(),
             prefill_remaining: self.prefill_remaining(),

@@ -30,7 +30,7 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Reads `chat_template` from tokenizer_config.json bytes (a string, or a list of named
     /// templates of which `default` is used) and compiles it.
-    pub fn from_tokenizer_config(bytes: &[u8]) -> Result<Self, TemplateError> {
+    pub(crate) fn from_tokenizer_config(bytes: &[u8]) -> Result<Self, TemplateError> {
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| TemplateError::Config(e.to_string()))?;
         let source = match value.get("chat_template") {
@@ -62,7 +62,7 @@ impl ChatTemplate {
     }
 
     /// The prompt text for one user message, followed by the assistant's generation prompt.
-    pub fn render_user(&self, content: &str) -> Result<String, TemplateError> {
+    pub(crate) fn render_user(&self, content: &str) -> Result<String, TemplateError> {
         self.render(&[Message { role: "user", content }], true)
     }
 

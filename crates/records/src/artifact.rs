@@ -89,12 +89,23 @@ fn collect_digests(value: &Value, path: String, depth: usize, out: &mut std::col
     }
 }
 
+/// Why an artifact's seal cannot be checked.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SealError {
+    #[error("the artifact is not a JSON object")]
+    NotAnObject,
+    #[error("it has no seal")]
+    Missing,
+    #[error("its seal does not parse: {0}")]
+    Unreadable(String),
+}
+
 /// Checks an artifact's seal; `Ok(None)` when it holds, `Ok(Some(parts))` naming the parts whose
-/// digest changed (or appeared, or vanished), `Err` when there is no readable seal.
-pub fn check_seal(artifact: &Value) -> Result<Option<Vec<String>>, String> {
-    let map = artifact.as_object().ok_or("the artifact is not a JSON object")?;
-    let recorded: Seal = serde_json::from_value(map.get(SEAL_KEY).cloned().ok_or("it has no seal")?)
-        .map_err(|e| format!("its seal does not parse: {e}"))?;
+/// digest changed (or appeared, or vanished).
+pub fn check_seal(artifact: &Value) -> Result<Option<Vec<String>>, SealError> {
+    let map = artifact.as_object().ok_or(SealError::NotAnObject)?;
+    let recorded: Seal = serde_json::from_value(map.get(SEAL_KEY).cloned().ok_or(SealError::Missing)?)
+        .map_err(|e| SealError::Unreadable(e.to_string()))?;
     let fresh = seal(&value_without_seal(map));
     let mut changed: Vec<String> = fresh
         .digests
@@ -131,7 +142,7 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
 }
 
 /// Atomic, no-clobber write of raw bytes.
-pub fn write_bytes_new(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
+pub(crate) fn write_bytes_new(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
     let io = |cause| ArtifactError::Io { path: path.display().to_string(), cause };
     if path.exists() {
         return Err(ArtifactError::Exists(path.display().to_string()));
@@ -178,7 +189,7 @@ impl Redactor {
         Redactor { home, secrets }
     }
 
-    pub fn redact(&self, value: &mut Value) {
+    pub(crate) fn redact(&self, value: &mut Value) {
         match value {
             Value::String(s) => *s = self.redact_str(s),
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact(v)),

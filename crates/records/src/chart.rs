@@ -36,6 +36,15 @@ impl Section {
 /// One line of a side-by-side comparison of two artifacts: what, A's value, B's value.
 pub type CompareRow = (String, Option<f64>, Option<f64>);
 
+/// A number as a table cell: `digits` decimals, `-` when absent or not finite (so every section
+/// shows a missing value the same way).
+pub fn cell(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "-".into(),
+    }
+}
+
 /// One lane per request; prefill and decode steps as bars on a shared millisecond axis, with
 /// each request's first token and completion marked.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use supply::resolve::{Origin, ResolvedModel};
 use supply::workspace::Workspace;
 
 /// Bumped whenever the provenance or an artifact layout changes incompatibly.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -192,7 +192,7 @@ pub fn now_utc() -> String {
 }
 
 /// The model part of the record.
-pub fn model_record(model: &ResolvedModel, weights: supply::weights::WeightDtype) -> ModelRecord {
+pub(crate) fn model_record(model: &ResolvedModel, weights: supply::weights::WeightDtype) -> ModelRecord {
     ModelRecord {
         name: model.pin.as_ref().map(|p| p.name.clone()),
         repo: model.pin.as_ref().map(|p| p.repo.clone()),
@@ -223,7 +223,7 @@ pub fn host() -> Host {
 }
 
 /// The commit and the uncommitted changes among `paths` (relative to the workspace root).
-pub fn git_state(root: &Path, paths: &[String]) -> Option<GitState> {
+pub(crate) fn git_state(root: &Path, paths: &[String]) -> Option<GitState> {
     let git = |args: &[&str]| -> Option<String> {
         let out = std::process::Command::new("git").arg("-C").arg(root).args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())

@@ -5,9 +5,18 @@
 
 use std::path::Path;
 
+/// Why a committed schema does not match its type.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("schemas/{0}.json differs from the Rust types; review the change and run `UPDATE_SCHEMAS=1 cargo test` to rewrite it")]
+    Stale(String),
+    #[error("schemas/{name}.json: cannot write: {cause}")]
+    Write { name: String, cause: std::io::Error },
+}
+
 /// Compares the schema of `T` with `schemas/<name>.json` under `workspace`, or rewrites the file
-/// when `UPDATE_SCHEMAS=1`. Returns a message naming the fix when they differ.
-pub fn check_committed<T: schemars::JsonSchema>(workspace: &Path, name: &str) -> Result<(), String> {
+/// when `UPDATE_SCHEMAS=1`.
+pub fn check_committed<T: schemars::JsonSchema>(workspace: &Path, name: &str) -> Result<(), SchemaError> {
     check_committed_value(workspace, name, &schema_of::<T>())
 }
 
@@ -17,21 +26,22 @@ pub fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
 }
 
 /// [`check_committed`] for a schema already made (an experiment's, through its trait).
-pub fn check_committed_value(workspace: &Path, name: &str, schema: &serde_json::Value) -> Result<(), String> {
-    let mut text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())?;
+pub fn check_committed_value(workspace: &Path, name: &str, schema: &serde_json::Value) -> Result<(), SchemaError> {
+    // A `Value` always prints.
+    let mut text = format!("{schema:#}");
     text.push('\n');
-    let path = workspace.join("schemas").join(format!("{name}.json"));
+    let dir = workspace.join("schemas");
+    let path = dir.join(format!("{name}.json"));
     if std::env::var("UPDATE_SCHEMAS").as_deref() == Ok("1") {
-        std::fs::create_dir_all(path.parent().unwrap()).map_err(|e| e.to_string())?;
-        std::fs::write(&path, &text).map_err(|e| e.to_string())?;
+        let write = |cause| SchemaError::Write { name: name.to_string(), cause };
+        std::fs::create_dir_all(&dir).map_err(write)?;
+        std::fs::write(&path, &text).map_err(write)?;
         return Ok(());
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     if committed == text {
         Ok(())
     } else {
-        Err(format!(
-            "schemas/{name}.json differs from the Rust types; review the change and run `UPDATE_SCHEMAS=1 cargo test` to rewrite it"
-        ))
+        Err(SchemaError::Stale(name.to_string()))
     }
 }

@@ -9,10 +9,15 @@ use std::path::Path;
 /// DejaVu Sans, bundled so that text renders the same on every machine.
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
+/// Why a chart was not drawn: plotters' message (its error type differs per backend).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DrawError(String);
+
 /// Registers the bundled font under the family every chart uses. Call once before drawing.
-pub fn init_font() -> Result<(), String> {
+pub fn init_font() -> Result<(), DrawError> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| "the bundled font does not parse".to_string())
+        .map_err(|_| DrawError("the bundled font does not parse".to_string()))
 }
 
 const PALETTE: [RGBColor; 8] = [
@@ -27,13 +32,13 @@ const PALETTE: [RGBColor; 8] = [
 ];
 
 /// Something that can draw itself on any plotters backend.
-pub trait Draw {
+pub(crate) trait Draw {
     fn size(&self) -> (u32, u32);
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError>;
 }
 
 /// Writes `<stem>.svg` and `<stem>.png` of any chart an experiment describes.
-pub fn render(chart: &Chart, stem: &Path) -> Result<(), String> {
+pub fn render(chart: &Chart, stem: &Path) -> Result<(), DrawError> {
     match chart {
         Chart::Timeline(c) => render_one(c, stem),
         Chart::Grouped(c) => render_one(c, stem),
@@ -41,18 +46,18 @@ pub fn render(chart: &Chart, stem: &Path) -> Result<(), String> {
     }
 }
 
-fn render_one(chart: &impl Draw, stem: &Path) -> Result<(), String> {
+fn render_one(chart: &impl Draw, stem: &Path) -> Result<(), DrawError> {
     let size = chart.size();
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
     {
         let area = SVGBackend::new(&svg, size).into_drawing_area();
         chart.draw(&area)?;
-        area.present().map_err(|e| format!("{}: {e}", svg.display()))?;
+        area.present().map_err(err)?;
     }
     let area = BitMapBackend::new(&png, size).into_drawing_area();
     chart.draw(&area)?;
-    area.present().map_err(|e| format!("{}: {e}", png.display()))
+    area.present().map_err(err)
 }
 
 /// A white canvas with the title and the label areas every chart here uses (`y_labels` wide).
@@ -60,7 +65,7 @@ fn frame<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
     title: &str,
     y_labels: u32,
-) -> Result<ChartBuilder<'a, 'static, DB>, String> {
+) -> Result<ChartBuilder<'a, 'static, DB>, DrawError> {
     area.fill(&WHITE).map_err(err)?;
     let mut builder = ChartBuilder::on(area);
     builder.caption(title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(y_labels);
@@ -72,8 +77,8 @@ fn axis_top(values: impl Iterator<Item = f64>) -> f64 {
     values.filter(|v| v.is_finite()).fold(0f64, f64::max).max(1e-9)
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
+fn err(e: impl std::fmt::Display) -> DrawError {
+    DrawError(e.to_string())
 }
 
 /// The legend box every chart draws, in one style.
@@ -84,7 +89,7 @@ fn legend<'a, DB: DrawingBackend + 'a>(
         Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
     >,
     position: SeriesLabelPosition,
-) -> Result<(), String> {
+) -> Result<(), DrawError> {
     chart
         .configure_series_labels()
         .position(position)
@@ -100,7 +105,7 @@ impl Draw for Timeline {
         (1000, 140 + 60 * self.lanes.len() as u32)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let n = self.lanes.len().max(1) as f64;
         let mut chart = frame(area, &self.title, 130)?
             .build_cartesian_2d(0f64..(self.end * 1.02).max(1e-3), 0f64..n)
@@ -152,7 +157,7 @@ impl Draw for Grouped {
         (1000, 460)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let top = axis_top(
             self.series
                 .iter()
@@ -217,7 +222,7 @@ impl Draw for Lines {
         (1000, 460)
     }
 
-    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
         let top = axis_top(self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
         let xs = || self.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).filter(|x| x.is_finite());
         let (left, right) = (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max));

@@ -3,24 +3,23 @@
 
 use crate::charts::render;
 use crate::view::Artifact;
+use crate::ReportError;
+use common::chart::cell;
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
 
-fn num(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.digits$}"),
-        _ => "-".into(),
-    }
-}
-
 /// Renders one artifact's charts into `out/<name>/` and returns its Markdown section.
-pub fn section(a: &Artifact, out: &Path) -> Result<String, String> {
-    let section = a.kind.report(&a.name, &a.name, &a.value)?;
+pub fn section(a: &Artifact, out: &Path) -> Result<String, ReportError> {
+    let section = a
+        .kind
+        .report(&a.name, &a.name, &a.value)
+        .map_err(|cause| ReportError::Section { name: a.name.clone(), cause })?;
     let dir = out.join(&a.name);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|cause| ReportError::Io { path: dir.display().to_string(), cause })?;
     for (stem, chart) in &section.charts {
-        render(chart, &dir.join(stem))?;
+        let stem = dir.join(stem);
+        render(chart, &stem).map_err(|cause| ReportError::Draw { path: stem.display().to_string(), cause })?;
     }
     Ok(section.markdown)
 }
@@ -44,12 +43,9 @@ const FACTS: [(&str, &str); 12] = [
 
 /// Side by side: the same metrics of two artifacts with the ratio B / A, then the provenance
 /// differences that may explain them.
-pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
+pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, ReportError> {
     if a.kind.name() != b.kind.name() {
-        return Err(format!(
-            "{} and {} are artifacts of different experiments; compare like with like",
-            a.name, b.name
-        ));
+        return Err(ReportError::Unlike { a: a.name.clone(), b: b.name.clone() });
     }
     let mut md = String::new();
     let _ = writeln!(md, "## Comparison: A = {}, B = {}\n", a.name, b.name);
@@ -59,7 +55,7 @@ pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, String> {
             (Some(x), Some(y)) if x != 0.0 && x.is_finite() && y.is_finite() => format!("{:.2}", y / x),
             _ => "-".into(),
         };
-        let _ = writeln!(md, "| {what} | {} | {} | {ratio} |", num(x, 3), num(y, 3));
+        let _ = writeln!(md, "| {what} | {} | {} | {ratio} |", cell(x, 3), cell(y, 3));
     };
     for (what, x, y) in a.kind.compare(&a.value, &b.value) {
         row(what, x, y);

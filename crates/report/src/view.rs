@@ -2,10 +2,12 @@
 //! Python predecessor's seeds) alike; the experiment is the one the artifact names, or the one
 //! that recognises a foreign file.
 
+use crate::ReportError;
 use common::experiment::Experiment;
 use serde_json::Value;
 use std::path::Path;
 
+/// One artifact to report, with the experiment that reads it.
 pub struct Artifact<'a> {
     /// File stem, used to name the rendered files.
     pub name: String,
@@ -13,9 +15,12 @@ pub struct Artifact<'a> {
     pub value: Value,
 }
 
-pub fn load<'a>(path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artifact<'a>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut value: Value = serde_json::from_slice(&bytes).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+/// Reads the artifact at `path` (ours or foreign) and finds its experiment among `experiments`.
+pub fn load<'a>(path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artifact<'a>, ReportError> {
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|cause| ReportError::Io { path: shown(), cause })?;
+    let mut value: Value =
+        serde_json::from_slice(&bytes).map_err(|cause| ReportError::NotJson { path: shown(), cause })?;
     if let Some(map) = value.as_object_mut() {
         map.remove(common::artifact::SEAL_KEY);
     }
@@ -23,9 +28,9 @@ pub fn load<'a>(path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artif
         Some(name) => experiments.iter().copied().find(|e| e.name() == name),
         None => experiments.iter().copied().find(|e| e.recognises(&value)),
     };
-    let names: Vec<&str> = experiments.iter().map(|e| e.name()).collect();
-    let kind = kind.ok_or_else(|| {
-        format!("{}: not an artifact of a registered experiment ({})", path.display(), names.join(", "))
+    let kind = kind.ok_or_else(|| ReportError::Unknown {
+        path: shown(),
+        known: experiments.iter().map(|e| e.name()).collect::<Vec<_>>().join(", "),
     })?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "artifact".into());
     Ok(Artifact { name, kind, value })

@@ -29,7 +29,7 @@ impl Algorithm {
         }
     }
 
-    pub fn hex_len(self) -> usize {
+    pub(crate) fn hex_len(self) -> usize {
         match self {
             Algorithm::Sha256 => 64,
             Algorithm::GitSha1 => 40,

@@ -25,6 +25,21 @@ pub struct ExperimentManifest<P, E> {
     pub source_sha256: Option<String>,
 }
 
+/// A manifest parameter out of its range, found before anything runs: `field` is its path in the
+/// manifest (`parameters.rounds`, `jobs[2].id`), `problem` what is wrong and what would be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct Invalid {
+    pub field: String,
+    pub problem: String,
+}
+
+impl Invalid {
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Invalid { field: field.into(), problem: problem.into() }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("{path}: cannot read: {cause}")]
@@ -39,16 +54,19 @@ pub enum ManifestError {
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<(T, Vec<u8>), ManifestError> {
     let bytes = std::fs::read(path).map_err(|cause| ManifestError::Io { path: path.display().to_string(), cause })?;
+    Ok((parse_json(path, &bytes)?, bytes))
+}
+
+fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, ManifestError> {
     // The path to the offending field makes the error say which field to fix.
-    let value = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes)).map_err(|e| {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes)).map_err(|e| {
         let field = e.path().to_string();
         ManifestError::Parse {
             path: path.display().to_string(),
             field: if field == "." { "(top level)".into() } else { field },
             cause: e.into_inner(),
         }
-    })?;
-    Ok((value, bytes))
+    })
 }
 
 pub fn read_model_pin(path: &Path) -> Result<ModelPin, ManifestError> {
@@ -64,6 +82,27 @@ pub fn read_experiment_manifest<P: DeserializeOwned, E: DeserializeOwned>(
     path: &Path,
 ) -> Result<ExperimentManifest<P, E>, ManifestError> {
     read_json(path).map(|(m, _)| m)
+}
+
+/// An experiment manifest as a run reads it, from one read of its bytes.
+pub struct ManifestFile<P, E> {
+    pub manifest: ExperimentManifest<P, E>,
+    /// The parameters as written, for telling a run's effective parameters from the manifest's.
+    pub parameters: serde_json::Value,
+    /// SHA-256 of the bytes read (what artifacts record).
+    pub sha256: String,
+}
+
+/// Reads an experiment manifest once: typed, its parameters as JSON, and its digest.
+pub fn read_manifest_file<P: DeserializeOwned, E: DeserializeOwned>(
+    path: &Path,
+) -> Result<ManifestFile<P, E>, ManifestError> {
+    let (raw, bytes): (ExperimentManifest<serde_json::Value, serde_json::Value>, _) = read_json(path)?;
+    Ok(ManifestFile {
+        manifest: parse_json(path, &bytes)?,
+        parameters: raw.parameters,
+        sha256: crate::digest::bytes_digest(&bytes, crate::digest::Algorithm::Sha256),
+    })
 }
 
 /// The manifest's SHA-256 as recorded in artifacts: of the exact bytes on disk.

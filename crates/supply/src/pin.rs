@@ -64,7 +64,7 @@ pub enum PinError {
 }
 
 /// Accepts only a full 40-hex commit id.
-pub fn check_revision(rev: &str) -> Result<(), PinError> {
+pub(crate) fn check_revision(rev: &str) -> Result<(), PinError> {
     if rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
         Ok(())
     } else {
@@ -155,7 +155,7 @@ impl ModelPin {
 /// Digests every regular file of an unpinned model directory (for `--model-dir` runs): the
 /// artifact then records what was used even though nothing vouches for it. Large weight files
 /// get SHA-256 like the Hub's LFS files, the others git blob SHA-1.
-pub fn describe_dir(dir: &Path) -> Result<Vec<PinnedFile>, PinError> {
+pub(crate) fn describe_dir(dir: &Path) -> Result<Vec<PinnedFile>, PinError> {
     let io = |cause| PinError::Io { path: dir.display().to_string(), cause };
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map_err(io)?

@@ -59,7 +59,7 @@ pub enum ResolveError {
 }
 
 /// The Hugging Face hub cache folder, as huggingface_hub computes it.
-pub fn hf_hub_cache() -> Option<PathBuf> {
+pub(crate) fn hf_hub_cache() -> Option<PathBuf> {
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     var("HF_HUB_CACHE")
         .or_else(|| var("HUGGINGFACE_HUB_CACHE"))
@@ -69,7 +69,7 @@ pub fn hf_hub_cache() -> Option<PathBuf> {
 }
 
 /// The snapshot folder of `repo` at `revision` inside a hub cache.
-pub fn snapshot_dir(cache: &Path, repo: &str, revision: &str) -> PathBuf {
+pub(crate) fn snapshot_dir(cache: &Path, repo: &str, revision: &str) -> PathBuf {
     cache.join(format!("models--{}", repo.replace('/', "--"))).join("snapshots").join(revision)
 }
 
@@ -157,21 +157,31 @@ fn not_found(pin: &ModelPin, tried: Vec<String>) -> ResolveError {
     }
 }
 
+/// Why a download gave no snapshot (one of the places `resolve` tried).
+#[derive(Debug, thiserror::Error)]
+enum DownloadError {
+    /// The hub client's message, first line only: the rest repeats the request.
+    #[error("{}", first_line(&.0.to_string()))]
+    Hub(#[from] hf_hub::api::sync::ApiError),
+    #[error("the pin lists no files")]
+    NoFiles,
+}
+
 /// Downloads every pinned file of exactly the pinned commit into the standard cache.
-fn download(pin: &ModelPin, cache: Option<PathBuf>) -> Result<PathBuf, String> {
+fn download(pin: &ModelPin, cache: Option<PathBuf>) -> Result<PathBuf, DownloadError> {
     use hf_hub::{api::sync::ApiBuilder, Repo, RepoType};
     let mut builder = ApiBuilder::from_env().with_progress(true);
     if let Some(cache) = cache {
         builder = builder.with_cache_dir(cache);
     }
-    let api = builder.build().map_err(|e| e.to_string())?;
+    let api = builder.build()?;
     let repo = api.repo(Repo::with_revision(pin.repo.clone(), RepoType::Model, pin.revision.clone()));
     let mut dir = None;
     for f in &pin.files {
-        let path = repo.get(&f.path).map_err(|e| first_line(&e.to_string()))?;
+        let path = repo.get(&f.path)?;
         dir = path.parent().map(Path::to_path_buf);
     }
-    dir.ok_or_else(|| "the pin lists no files".to_string())
+    dir.ok_or(DownloadError::NoFiles)
 }
 
 fn first_line(s: &str) -> String {

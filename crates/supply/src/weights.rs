@@ -26,12 +26,17 @@ impl WeightDtype {
         }
     }
 
-    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+    pub fn parse(name: &str) -> std::result::Result<Self, UnknownDtype> {
         match name {
             "f32" => Ok(WeightDtype::F32),
             "f16" => Ok(WeightDtype::F16),
             "bf16" => Ok(WeightDtype::Bf16),
-            _ => Err(format!("unknown weight dtype `{name}`; known: f32, f16, bf16")),
+            _ => Err(UnknownDtype(name.to_string())),
         }
     }
 }
+
+/// A weight type's name that is none of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown weight dtype `{0}`; known: f32, f16, bf16")]
+pub struct UnknownDtype(pub String);

@@ -32,7 +32,7 @@ pub enum WorkspaceError {
 }
 
 /// Environment variable that moves generated and downloaded-by-name model folders elsewhere.
-pub const MODELS_DIR_ENV: &str = "LAB_MODELS_DIR";
+pub(crate) const MODELS_DIR_ENV: &str = "LAB_MODELS_DIR";
 
 impl Workspace {
     /// The nearest folder at or above the current directory with `Cargo.lock` and `manifests/`.

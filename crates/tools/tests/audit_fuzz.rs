@@ -89,7 +89,7 @@ fn audit_value(v: &Value) -> Report {
     let path = tmp.path().join("mutated.json");
     std::fs::write(&path, v.to_string()).unwrap();
     let ws = workspace();
-    Audit { ws: &ws, experiments: EXPERIMENTS }.audit_artifact(&path)
+    Audit::new(&ws, EXPERIMENTS).audit_artifact(&path)
 }
 
 fn panicked(r: &Report) -> Option<String> {

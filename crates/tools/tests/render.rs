@@ -4,7 +4,6 @@
 use common::load::LoadedModel;
 use common::policy::Policy;
 use common::schedule::{self, request_metrics, Job, RunConfig};
-use report::{charts, page, view};
 use scheduler::study::{output_tokens_per_s, summarize_throughput, RequestRecord, RunRecord};
 use std::path::{Path, PathBuf};
 use tools::registry::EXPERIMENTS;
@@ -74,8 +73,8 @@ fn png_size(path: &Path) -> (u32, u32) {
 }
 
 fn render_all(inputs: &[PathBuf], out: &Path) -> String {
-    charts::init_font().unwrap();
-    inputs.iter().map(|p| page::section(&view::load(p, EXPERIMENTS).unwrap(), out).unwrap()).collect()
+    report::init_font().unwrap();
+    inputs.iter().map(|p| report::section(&report::load(p, EXPERIMENTS).unwrap(), out).unwrap()).collect()
 }
 
 #[test]
@@ -164,14 +163,14 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn two_artifacts_compare_side_by_side_with_ratios_and_provenance() {
     let tmp = tempfile::tempdir().unwrap();
-    let fresh = view::load(&fresh_tiny_artifact(tmp.path()), EXPERIMENTS).unwrap();
-    let old = view::load(&seed("000_56313d9d03231830.txt"), EXPERIMENTS).unwrap();
-    let md = page::compare(&old, &fresh).unwrap();
+    let fresh = report::load(&fresh_tiny_artifact(tmp.path()), EXPERIMENTS).unwrap();
+    let old = report::load(&seed("000_56313d9d03231830.txt"), EXPERIMENTS).unwrap();
+    let md = report::compare(&old, &fresh).unwrap();
     assert!(md.contains("| fifo / interactive-a TTFT ms (median) | 524.647 |"), "{md}");
     assert!(md.contains("| predecessor environment |"), "{md}");
-    let serving = view::load(&seed("001_9c5fc480f3b35933.txt"), EXPERIMENTS).unwrap();
-    assert!(page::compare(&old, &serving).is_err());
-    let md = page::compare(&serving, &serving).unwrap();
+    let serving = report::load(&seed("001_9c5fc480f3b35933.txt"), EXPERIMENTS).unwrap();
+    assert!(report::compare(&old, &serving).is_err());
+    let md = report::compare(&serving, &serving).unwrap();
     assert!(md.contains("| vllm-metal c=4 vs vllm-metal c=4: TTFT p50 ms | 1169.111 | 1169.111 | 1.00 |"), "{md}");
     assert!(md.contains("| (none) | | |"));
 }

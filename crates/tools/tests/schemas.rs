@@ -23,7 +23,7 @@ fn committed_schemas_match_the_code() {
         );
         results.extend(schemas.iter().map(|(name, schema)| check_committed_value(&root, name, schema)));
     }
-    let problems: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+    let problems: Vec<String> = results.into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

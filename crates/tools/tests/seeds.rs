@@ -10,7 +10,7 @@ use tools::registry::EXPERIMENTS;
 /// The audit of a foreign file, with every registered experiment.
 fn audit_external(path: &Path, shown: String) -> Report {
     let ws = Workspace::discover_from(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
-    Audit { ws: &ws, experiments: EXPERIMENTS }.audit_external(path, shown)
+    Audit::new(&ws, EXPERIMENTS).audit_external(path, shown)
 }
 
 fn seed(name: &str) -> PathBuf {

@@ -9,9 +9,10 @@
 //! report section with the curves.
 
 use clap::Parser;
-use common::chart::{Chart, CompareRow, Lines, Section};
-use common::experiment::{AnyManifest, CommandLine, Experiment, ModelArgs, Settings};
+use common::chart::{cell, Chart, CompareRow, Lines, Section};
+use common::experiment::{read_as, AnyManifest, CommandLine, Experiment, ExperimentError, ModelArgs, Settings};
 use common::finding::Findings;
+use common::manifest::Invalid;
 use common::provenance::Provenance;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
@@ -84,13 +85,15 @@ const MAX_STEPS: usize = 10_000;
 
 impl Parameters {
     /// Checks what can be checked before the model is loaded; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let nonempty = |name: &str, v: &[usize], max: usize| -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let nonempty = |name: &str, v: &[usize], max: usize| -> Result<(), Invalid> {
             if v.is_empty() {
-                return Err(format!("parameters.{name}: empty; give at least one"));
+                return Err(Invalid::new(format!("parameters.{name}"), "empty; give at least one"));
             }
             match v.iter().position(|&x| x == 0 || x > max) {
-                Some(i) => Err(format!("parameters.{name}[{i}]: {} is not in 1..={max}", v[i])),
+                Some(i) => {
+                    Err(Invalid::new(format!("parameters.{name}[{i}]"), format!("{} is not in 1..={max}", v[i])))
+                }
                 None => Ok(()),
             }
         };
@@ -104,7 +107,7 @@ impl Parameters {
             ("rounds", self.rounds, 1000),
         ] {
             if v == 0 || v > max {
-                return Err(format!("parameters.{name}: {v} is not in 1..={max}"));
+                return Err(Invalid::new(format!("parameters.{name}"), format!("{v} is not in 1..={max}")));
             }
         }
         Ok(())
@@ -276,9 +279,8 @@ pub fn summarize_points(
 /// The invariants of an artifact: every point of every round present once, with its step count;
 /// every duration a positive number; the summary and the ratios those of the points.
 fn check(a: &Artifact, f: &mut Findings) {
-    if let Err(e) = a.parameters.validate() {
-        let (field, msg) = e.split_once(": ").unwrap_or(("parameters", e.as_str()));
-        return f.wrong("invariants", field, msg);
+    if let Err(Invalid { field, problem }) = a.parameters.validate() {
+        return f.wrong("invariants", field, problem);
     }
     let p = &a.parameters;
     let engines: &[Engine] = if p.stock { &[Engine::Ours, Engine::StockCandle] } else { &[Engine::Ours] };
@@ -374,17 +376,15 @@ impl Experiment for DecodeScaling {
         EXPERIMENT
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
-        let p: Parameters =
-            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
-        p.validate()
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
+        Ok(read_as::<Parameters>("parameters", &manifest.parameters)?.validate()?)
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
         common::experiment::schemas_of::<Parameters, Expectations, Artifact>(EXPERIMENT)
     }
 
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
         common::experiment::settings::<Args>(argv, manifest_parameters)
     }
 
@@ -392,8 +392,8 @@ impl Experiment for DecodeScaling {
         common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
-        let a: Artifact = serde_json::from_value(artifact.clone()).map_err(|e| format!("{title}: {e}"))?;
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+        let a: Artifact = read_as(title, artifact)?;
         let p = &a.parameters;
         let mut section = Section::new(dir);
         let mut md = format!(
@@ -402,9 +402,6 @@ impl Experiment for DecodeScaling {
             a.model_id, p.rounds
         );
         let row = |point: &str, engine| a.summary.iter().find(|r| r.point == point && r.engine == engine);
-        let num = |v: Option<f64>, d: usize| {
-            v.filter(|x| x.is_finite()).map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into())
-        };
         let points: Vec<String> =
             a.summary.iter().filter(|r| r.engine == Engine::Ours).map(|r| r.point.clone()).collect();
         for point in &points {
@@ -414,10 +411,10 @@ impl Experiment for DecodeScaling {
             let _ = writeln!(
                 md,
                 "| {point} | {} | {} | {} | {} |",
-                num(ours.and_then(|r| r.ms.p50), 2),
-                num(stock.and_then(|r| r.ms.p50), 2),
-                num(ours.and_then(|r| r.tokens_per_s), 1),
-                num(ratio, 2)
+                cell(ours.and_then(|r| r.ms.p50), 2),
+                cell(stock.and_then(|r| r.ms.p50), 2),
+                cell(ours.and_then(|r| r.tokens_per_s), 1),
+                cell(ratio, 2)
             );
         }
         md.push('\n');

@@ -4,7 +4,6 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_transformers::models::qwen2::ModelForCausalLM;
-use clap::Parser;
 use common::experiment::{prepare, CommandLine};
 use common::load::LoadedModel;
 use common::session::Session;
@@ -32,11 +31,7 @@ fn default_parameters() -> Parameters {
 const STOCK_FILL_CHUNK: usize = 256;
 
 fn main() {
-    common::init_tracing();
-    if let Err(e) = run(Args::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    common::experiment::main(run)
 }
 
 fn run(args: Args) -> Result<()> {

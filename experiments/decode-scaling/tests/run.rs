@@ -14,7 +14,7 @@ fn workspace() -> Workspace {
 
 fn audit(path: &Path) -> common::finding::Report {
     let ws = workspace();
-    Audit { ws: &ws, experiments: &[&DecodeScaling] }.audit_artifact(path)
+    Audit::new(&ws, &[&DecodeScaling]).audit_artifact(path)
 }
 
 #[test]

@@ -11,8 +11,9 @@
 
 use clap::Parser;
 use common::chart::{Chart, CompareRow, Grouped, Section};
-use common::experiment::{AnyManifest, CommandLine, Experiment, ModelArgs, Settings};
+use common::experiment::{read_as, AnyManifest, CommandLine, Experiment, ExperimentError, ModelArgs, Settings};
 use common::finding::Findings;
+use common::manifest::Invalid;
 use common::provenance::Provenance;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
@@ -67,7 +68,7 @@ pub struct Parameters {
 }
 
 impl Parameters {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         for (name, v, max) in [
             ("decode_tokens", self.decode_tokens, 4096),
             ("rounds", self.rounds, 1000),
@@ -77,11 +78,11 @@ impl Parameters {
             ("batch", self.batch, 256),
         ] {
             if v == 0 || v > max {
-                return Err(format!("parameters.{name}: {v} is not in 1..={max}"));
+                return Err(Invalid::new(format!("parameters.{name}"), format!("{v} is not in 1..={max}")));
             }
         }
         if self.short_context >= self.long_context {
-            return Err("parameters.short_context: must be below long_context".into());
+            return Err(Invalid::new("parameters.short_context", "must be below long_context"));
         }
         Ok(())
     }
@@ -100,7 +101,7 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub fn apply(self, a: f64, b: f64) -> f64 {
+    pub(crate) fn apply(self, a: f64, b: f64) -> f64 {
         match self {
             Rule::AOverB => a / b,
             Rule::BOverA => b / a,
@@ -211,9 +212,8 @@ pub struct Artifact {
 }
 
 fn check(a: &Artifact, f: &mut Findings) {
-    if let Err(e) = a.parameters.validate() {
-        let (field, msg) = e.split_once(": ").unwrap_or(("parameters", e.as_str()));
-        return f.wrong("invariants", field, msg);
+    if let Err(Invalid { field, problem }) = a.parameters.validate() {
+        return f.wrong("invariants", field, problem);
     }
     for (i, c) in a.comparisons.iter().enumerate() {
         let at = |k: &str| format!("comparisons[{i}].{k}");
@@ -264,17 +264,15 @@ impl Experiment for EngineBench {
         false
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
-        let p: Parameters =
-            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
-        p.validate()
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
+        Ok(read_as::<Parameters>("parameters", &manifest.parameters)?.validate()?)
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
         common::experiment::schemas_of::<Parameters, Value, Artifact>(EXPERIMENT)
     }
 
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
         common::experiment::settings::<Args>(argv, manifest_parameters)
     }
 
@@ -282,8 +280,8 @@ impl Experiment for EngineBench {
         common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
-        let a: Artifact = serde_json::from_value(artifact.clone()).map_err(|e| format!("{title}: {e}"))?;
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+        let a: Artifact = read_as(title, artifact)?;
         let mut section = Section::new(dir);
         let mut md = format!(
             "## Engine benchmark: {title}\n\nModel `{}`, prompt {} tokens; median (min-max) of the per-pair ratios.\n\n\

@@ -6,7 +6,6 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
-use clap::Parser;
 use common::experiment::{prepare, CommandLine};
 use common::gguf::WeightType;
 use common::load::LoadedModel;
@@ -22,11 +21,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 fn main() {
-    common::init_tracing();
-    if let Err(e) = run(Args::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    common::experiment::main(run)
 }
 
 fn run(args: Args) -> Result<()> {
@@ -78,7 +73,7 @@ fn run(args: Args) -> Result<()> {
         let worker = match Worker::start(ws, &dir, &prompt, weights, p.decode_tokens) {
             Ok(w) => w,
             Err(why) => {
-                skipped.push(format!("llama.cpp with {weights:?} weights: {why}"));
+                skipped.push(format!("llama.cpp with {weights:?} weights: {why:#}"));
                 continue;
             }
         };
@@ -275,21 +270,22 @@ struct Worker {
 
 impl Worker {
     /// Starts the worker on `dir`'s weights as `weights`; the error says why it cannot run.
-    fn start(ws: &Workspace, dir: &Path, prompt: &[u32], weights: WeightType, decode: usize) -> Result<Self, String> {
+    fn start(ws: &Workspace, dir: &Path, prompt: &[u32], weights: WeightType, decode: usize) -> Result<Self> {
         let python = ws.root.join(".venv-llama/bin/python");
         if !python.is_file() {
-            return Err("no .venv-llama (`just bench` installs llama-cpp-python there)".into());
+            bail!("no .venv-llama (`just bench` installs llama-cpp-python there)");
         }
         let scratch = ws.root.join("target/bench");
-        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        std::fs::create_dir_all(&scratch).with_context(|| scratch.display().to_string())?;
         let gguf: PathBuf = scratch.join(format!("qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
         if !gguf.is_file() {
-            common::gguf::export(dir, &gguf, weights).map_err(|e| format!("exporting the GGUF: {e}"))?;
+            common::gguf::export(dir, &gguf, weights).context("exporting the GGUF")?;
         }
         let (bytes, digest) = common::digest::file_digest(&gguf, common::digest::Algorithm::Sha256)
-            .map_err(|e| format!("{}: {e}", gguf.display()))?;
+            .with_context(|| gguf.display().to_string())?;
         let ids = scratch.join(format!("prompt-{}.json", prompt.len()));
-        std::fs::write(&ids, serde_json::to_vec(prompt).unwrap_or_default()).map_err(|e| e.to_string())?;
+        std::fs::write(&ids, serde_json::to_vec(prompt).unwrap_or_default())
+            .with_context(|| ids.display().to_string())?;
         let mut child = Command::new(&python)
             .arg(ws.root.join("scripts/llamacpp_bench.py"))
             .args(["--gguf", &gguf.to_string_lossy(), "--prompt-ids", &ids.to_string_lossy()])
@@ -298,9 +294,9 @@ impl Worker {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run the llama.cpp worker: {e}"))?;
+            .context("cannot run the llama.cpp worker")?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-        let (Some(stdin), Some(stdout)) = (stdin, stdout) else { return Err("the worker has no pipes".into()) };
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else { bail!("the worker has no pipes") };
         let shown = ws.display_path(&gguf);
         let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
         let mut worker = Worker { child, stdin, stdout: BufReader::new(stdout), version: String::new(), gguf };
@@ -309,7 +305,7 @@ impl Worker {
                 worker.version = ready["version"].as_str().unwrap_or("unknown").to_string();
                 Ok(worker)
             }
-            _ => Err(format!("its worker did not start on {shown} (its error is above)")),
+            _ => bail!("its worker did not start on {shown} (its error is above)"),
         }
     }
 

@@ -43,7 +43,7 @@ fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
     assert_eq!(a.comparisons[1].a.len(), 3, "one pair per step");
     assert_eq!(a.overhead.len(), 4);
     let ws = Workspace { root };
-    let audit = Audit { ws: &ws, experiments: &[&EngineBench] };
+    let audit = Audit::new(&ws, &[&EngineBench]);
     let r = audit.audit_artifact(&out);
     assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
 

@@ -2,7 +2,9 @@
 //! the predecessor's seed artifact read for what its fields allow, and pinning a manifest's ids.
 
 use crate::study::{self, Expectations, SchedulerArtifact};
+use common::experiment::{read_as, ExperimentError};
 use common::finding::Findings;
+use common::manifest::Invalid;
 use common::weights::WeightDtype;
 use serde_json::Value;
 
@@ -27,9 +29,8 @@ pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings
         f.wrong("invariants", "parameters", "differs from provenance.settings.effective");
     }
     for (i, run) in artifact.runs.iter().enumerate() {
-        for problem in study::run_invariants(i, run) {
-            let (field, msg) = problem.split_once(": ").unwrap_or((problem.as_str(), "violated"));
-            f.wrong("invariants", field, msg);
+        for Invalid { field, problem } in study::run_invariants(i, run) {
+            f.wrong("invariants", field, problem);
         }
         for (j, r) in run.requests.iter().enumerate() {
             match artifact.jobs.iter().find(|job| job.id == r.id) {
@@ -146,15 +147,11 @@ pub(crate) fn audit_foreign(value: &Value, f: &mut Findings) {
 }
 
 /// The manifest's expectations with the fresh artifact's ids pinned (the predecessor's ids kept).
-pub(crate) fn pin(artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, String> {
-    let artifact: SchedulerArtifact =
-        serde_json::from_value(artifact.clone()).map_err(|e| format!("does not read as a scheduler artifact: {e}"))?;
-    let current: Option<Expectations> = match current {
-        Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| format!("the manifest's expectations: {e}"))?),
-        None => None,
-    };
-    let ids = artifact.runs.first().map(study::run_ids).ok_or("the artifact has no runs")?;
+pub(crate) fn pin(artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, ExperimentError> {
+    let artifact: SchedulerArtifact = read_as("the scheduler artifact", artifact)?;
+    let current: Option<Expectations> = current.map(|v| read_as("the manifest's expectations", v)).transpose()?;
+    let ids = artifact.runs.first().map(study::run_ids).ok_or(ExperimentError::Missing("runs"))?;
     let predecessor = current.and_then(|e| e.predecessor);
     let pinned = Expectations { output_ids: Some(ids), predecessor };
-    serde_json::to_value(pinned).map(Some).map_err(|e| e.to_string())
+    serde_json::to_value(pinned).map(Some).map_err(ExperimentError::read("the pinned expectations"))
 }

@@ -12,7 +12,7 @@ mod report;
 pub mod study;
 
 use common::chart::{CompareRow, Section};
-use common::experiment::{AnyManifest, Experiment, Settings};
+use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
 use common::finding::Findings;
 use serde_json::Value;
 
@@ -27,12 +27,10 @@ impl Experiment for Scheduler {
         EXPERIMENT
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
-        let parameters: study::Parameters =
-            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
-        parameters.validate()?;
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
+        read_as::<study::Parameters>("parameters", &manifest.parameters)?.validate()?;
         if let Some(e) = &manifest.expectations {
-            serde_json::from_value::<study::Expectations>(e.clone()).map_err(|e| format!("expectations: {e}"))?;
+            read_as::<study::Expectations>("expectations", e)?;
         }
         Ok(())
     }
@@ -41,7 +39,7 @@ impl Experiment for Scheduler {
         common::experiment::schemas_of::<study::Parameters, study::Expectations, study::SchedulerArtifact>(EXPERIMENT)
     }
 
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
         common::experiment::settings::<cli::Args>(argv, manifest_parameters)
     }
 
@@ -57,12 +55,12 @@ impl Experiment for Scheduler {
         checks::audit_foreign(foreign, findings)
     }
 
-    fn pin(&self, artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, String> {
+    fn pin(&self, artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, ExperimentError> {
         checks::pin(artifact, current)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
-        report::section(title, dir, artifact)
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+        Ok(report::section(title, dir, artifact))
     }
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {

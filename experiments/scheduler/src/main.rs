@@ -4,7 +4,6 @@
 //! completion and largest token gap derived from it, and each run's aggregate throughput.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 use common::experiment::{prepare, CommandLine};
 use common::qwen::WeightDtype;
 use common::schedule::{self, request_metrics, Job};
@@ -17,14 +16,7 @@ use scheduler::study::{
 use scheduler::EXPERIMENT;
 
 fn main() {
-    common::init_tracing();
-    match run(Args::parse()) {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::exit(1);
-        }
-    }
+    common::experiment::main(run)
 }
 
 fn run(args: Args) -> Result<i32> {

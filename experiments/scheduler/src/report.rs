@@ -2,18 +2,11 @@
 //! and each run's timeline; and its side of `report --compare`. Reads artifacts tolerantly (ours
 //! of any version with these fields, and the predecessor's seed): what a file lacks is not drawn.
 
-use common::chart::{Bar, Chart, CompareRow, Grouped, Section, Timeline};
+use common::chart::{cell, Bar, Chart, CompareRow, Grouped, Section, Timeline};
 use common::stats::summarize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-
-fn num(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.digits$}"),
-        _ => "-".into(),
-    }
-}
 
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
@@ -120,7 +113,7 @@ fn by_config(runs: &[Run], metric: Metric) -> ByConfig {
     (configs, ids, values)
 }
 
-pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, String> {
+pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
     let runs = scheduler_runs(a);
     let mut section = Section::new(dir);
     let mut md = String::new();
@@ -138,7 +131,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
     for c in &configs {
         for id in &ids {
             let key = (c.clone(), id.clone());
-            let med = |m: &BTreeMap<(String, String), Vec<f64>>| num(m.get(&key).and_then(|v| summarize(v).p50), 1);
+            let med = |m: &BTreeMap<(String, String), Vec<f64>>| cell(m.get(&key).and_then(|v| summarize(v).p50), 1);
             let n = ttft.get(&key).map(|v| v.len()).unwrap_or(0);
             let _ = writeln!(md, "| {c} | {id} | {n} | {} | {} | {} |", med(&ttft), med(&done), med(&gap));
         }
@@ -150,7 +143,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
             "| run | max active | rounds | elapsed ms (median) | output tokens/s (median) |\n|---|---|---|---|---|"
         );
         for row in rows {
-            let p50 = |k: &str| num(row.pointer(&format!("/{k}/p50")).and_then(Value::as_f64), 1);
+            let p50 = |k: &str| cell(row.pointer(&format!("/{k}/p50")).and_then(Value::as_f64), 1);
             let n = row.pointer("/output_tokens_per_s/n").and_then(Value::as_u64).unwrap_or(0);
             let max_active = row.get("max_active").and_then(Value::as_u64).unwrap_or(0);
             let _ = writeln!(
@@ -217,7 +210,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
         let _ = writeln!(md, "_No per-step timeline in this artifact: timelines cannot be drawn._\n");
     }
     section.markdown.push_str(&md);
-    Ok(section)
+    section
 }
 
 /// Forward passes on a timeline: the jobs of a batched forward share its times.

@@ -2,6 +2,7 @@
 //! bind them. Shared by the binary, which writes it, and the checks the audit runs through
 //! [`crate::Scheduler`].
 
+use common::manifest::Invalid;
 use common::policy::Policy;
 use common::provenance::Provenance;
 pub use common::schedule::JobSpec;
@@ -53,47 +54,60 @@ impl Parameters {
 
     /// Checks everything that can be checked before the model is touched; one line per problem,
     /// naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         if self.jobs.is_empty() {
-            return Err("parameters.jobs: empty; give at least one job".into());
+            return Err(Invalid::new("parameters.jobs", "empty; give at least one job"));
         }
         let mut ids = std::collections::BTreeSet::new();
         for (i, job) in self.jobs.iter().enumerate() {
             if job.id.trim().is_empty() {
-                return Err(format!("jobs[{i}].id: empty; give every job a unique id"));
+                return Err(Invalid::new(format!("jobs[{i}].id"), "empty; give every job a unique id"));
             }
             if !ids.insert(job.id.as_str()) {
-                return Err(format!("jobs[{i}].id: `{}` is used twice; job ids must be unique", job.id));
+                return Err(Invalid::new(
+                    format!("jobs[{i}].id"),
+                    format!("`{}` is used twice; job ids must be unique", job.id),
+                ));
             }
             if job.max_new_tokens == 0 {
-                return Err(format!("jobs[{i}].max_new_tokens: 0; a job must be allowed at least 1 new token"));
+                return Err(Invalid::new(
+                    format!("jobs[{i}].max_new_tokens"),
+                    "0; a job must be allowed at least 1 new token",
+                ));
             }
             if !(job.arrival_ms.is_finite() && job.arrival_ms >= 0.0) {
-                return Err(format!("jobs[{i}].arrival_ms: {}; must be a time >= 0", job.arrival_ms));
+                return Err(Invalid::new(
+                    format!("jobs[{i}].arrival_ms"),
+                    format!("{}; must be a time >= 0", job.arrival_ms),
+                ));
             }
         }
         if self.runs.is_empty() {
-            return Err("parameters.runs: empty; give at least one policy run".into());
+            return Err(Invalid::new("parameters.runs", "empty; give at least one policy run"));
         }
         for (i, run) in self.runs.iter().enumerate() {
             if run.chunk_size == Some(0) {
-                return Err(format!(
-                    "runs[{i}].chunk_size: 0; must be at least 1 (or absent for whole-prompt prefill)"
+                return Err(Invalid::new(
+                    format!("runs[{i}].chunk_size"),
+                    "0; must be at least 1 (or absent for whole-prompt prefill)",
                 ));
             }
             if run.max_active == 0 {
-                return Err(format!("runs[{i}].max_active: 0; must be at least 1"));
+                return Err(Invalid::new(format!("runs[{i}].max_active"), "0; must be at least 1"));
             }
         }
         if self.rounds == 0 {
-            return Err("parameters.rounds: 0; must be at least 1".into());
+            return Err(Invalid::new("parameters.rounds", "0; must be at least 1"));
         }
         if self.warmup.checked_add(self.rounds).and_then(|n| n.checked_mul(self.runs.len())).is_none() {
-            return Err(format!(
-                "parameters.warmup: {} warmup plus {} measured rounds of {} runs is more than can be counted; give fewer",
-                self.warmup,
-                self.rounds,
-                self.runs.len()
+            return Err(Invalid::new(
+                "parameters.warmup",
+                format!(
+                    "{} warmup plus {} measured rounds of {} runs is more than can be counted; give fewer",
+                    self.warmup,
+                    self.rounds,
+                    self.runs.len()
+                ),
             ));
         }
         Ok(())
@@ -346,52 +360,45 @@ pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
 
 /// The invariants any honest scheduler run satisfies; a list of violations naming the field.
 /// The audit applies these to our artifacts and, where the fields exist, to the seed's.
-pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
+pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<Invalid> {
     let mut problems = Vec::new();
     let at = |field: &str| format!("runs[{run_index}].{field}");
     for (i, r) in run.requests.iter().enumerate() {
         if r.ttft_ms > r.completion_ms {
-            problems.push(format!(
-                "{}: ttft_ms {} > completion_ms {}",
+            problems.push(Invalid::new(
                 at(&format!("requests[{i}]")),
-                r.ttft_ms,
-                r.completion_ms
+                format!("ttft_ms {} > completion_ms {}", r.ttft_ms, r.completion_ms),
             ));
         }
         if r.max_gap_ms > round_ms_diff(r.completion_ms, r.ttft_ms) {
-            problems.push(format!(
-                "{}: max_gap_ms {} > completion_ms - ttft_ms",
+            problems.push(Invalid::new(
                 at(&format!("requests[{i}]")),
-                r.max_gap_ms
+                format!("max_gap_ms {} > completion_ms - ttft_ms", r.max_gap_ms),
             ));
         }
     }
     if output_tokens_per_s(&run.requests, run.elapsed_ms) != run.output_tokens_per_s {
-        problems.push(format!("{}: differs from the requests' tokens over elapsed_ms", at("output_tokens_per_s")));
+        problems.push(Invalid::new(at("output_tokens_per_s"), "differs from the requests' tokens over elapsed_ms"));
     }
     let last = run.requests.iter().map(|r| r.completion_ms).fold(f64::NEG_INFINITY, f64::max);
     if !run.requests.is_empty() && last != run.elapsed_ms {
-        problems.push(format!("{}: {} but the last completion is {last}", at("elapsed_ms"), run.elapsed_ms));
+        problems.push(Invalid::new(at("elapsed_ms"), format!("{} but the last completion is {last}", run.elapsed_ms)));
     }
     // Steps run one forward at a time: each ends after it starts, and the next starts no earlier
     // than this one ended, unless it is another job's part of the same batched forward.
     for (i, step) in run.timeline.iter().enumerate() {
         if !(0.0 <= step.start_ms && step.start_ms <= step.end_ms) {
-            problems.push(format!(
-                "{}: starts at {} and ends at {}",
+            problems.push(Invalid::new(
                 at(&format!("timeline[{i}]")),
-                step.start_ms,
-                step.end_ms
+                format!("starts at {} and ends at {}", step.start_ms, step.end_ms),
             ));
         }
         if let Some(prev) = i.checked_sub(1).map(|p| &run.timeline[p]) {
             let same_forward = (prev.start_ms, prev.end_ms) == (step.start_ms, step.end_ms);
             if !same_forward && step.start_ms < prev.end_ms {
-                problems.push(format!(
-                    "{}: starts at {}, before the previous step ended ({})",
+                problems.push(Invalid::new(
                     at(&format!("timeline[{i}].start_ms")),
-                    step.start_ms,
-                    prev.end_ms
+                    format!("starts at {}, before the previous step ended ({})", step.start_ms, prev.end_ms),
                 ));
             }
         }
@@ -400,10 +407,9 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
         let derived = request_metrics(&run.timeline);
         for (i, r) in run.requests.iter().enumerate() {
             match derived.iter().find(|d| d.id == r.id) {
-                None => problems.push(format!(
-                    "{}: request `{}` has no token on the timeline",
+                None => problems.push(Invalid::new(
                     at(&format!("requests[{i}]")),
-                    r.id
+                    format!("request `{}` has no token on the timeline", r.id),
                 )),
                 Some(d) => {
                     let fields = [
@@ -415,7 +421,7 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<String> {
                     for (name, ok) in fields {
                         if !ok {
                             problems
-                                .push(format!("{}.{name}: differs from the timeline", at(&format!("requests[{i}]"))));
+                                .push(Invalid::new(at(&format!("requests[{i}].{name}")), "differs from the timeline"));
                         }
                     }
                 }

@@ -49,7 +49,7 @@ impl Scratch {
     }
 
     fn audit(&self, path: &Path) -> Report {
-        Audit { ws: &self.ws, experiments: &[&scheduler::Scheduler] }.audit_artifact(path)
+        Audit::new(&self.ws, &[&scheduler::Scheduler]).audit_artifact(path)
     }
 }
 
@@ -200,8 +200,7 @@ fn pinning_takes_expectations_from_a_fresh_artifact() {
     assert_wrong(&r, "runs[0].requests");
     assert!(r.findings.iter().any(|f| f.check == "expectations"));
 
-    let (manifest_path, old, new) =
-        Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&path).unwrap();
+    let (manifest_path, old, new) = Audit::new(&s.ws, &[&scheduler::Scheduler]).pin_from_artifact(&path).unwrap();
     assert_eq!(manifest_path, manifest);
     let diff = audit::line_diff(&old, &new);
     assert!(diff.iter().any(|l| l.starts_with("+ ") && l.contains("source_sha256")), "{diff:?}");
@@ -212,11 +211,16 @@ fn pinning_takes_expectations_from_a_fresh_artifact() {
     assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
     // An artifact that is wrong for another reason is never pinned from.
     let tampered = edit(&next, |v| v["runs"][0]["elapsed_ms"] = json!(0.0), false);
-    assert!(Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&tampered).is_err());
+    let refused = Audit::new(&s.ws, &[&scheduler::Scheduler]).pin_from_artifact(&tampered);
+    assert!(matches!(refused, Err(audit::PinError::Refused { .. })), "{refused:?}");
     // Nor from a custom run: its ids answer other parameters than the manifest's.
     let custom = s.run(&["--rounds", "1"]);
-    let refused = Audit { ws: &s.ws, experiments: &[&scheduler::Scheduler] }.pin_from_artifact(&custom);
-    assert!(refused.unwrap_err().contains("custom run"));
+    let refused = Audit::new(&s.ws, &[&scheduler::Scheduler]).pin_from_artifact(&custom);
+    let refused = refused.unwrap_err();
+    assert!(
+        matches!(refused, audit::PinError::Refused { .. }) && refused.to_string().contains("custom run"),
+        "{refused}"
+    );
 }
 
 #[test]

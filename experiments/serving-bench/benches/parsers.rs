@@ -13,7 +13,9 @@ fn sse_stream() -> Vec<u8> {
     let mut s = String::from(": keep-alive\r\n\r\n");
     s += "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
     for i in 0..TOKENS {
-        s += &format!("data: {{\"id\":\"c1\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" word{i}\"}}}}]}}\n\n");
+        s += &format!(
+            "data: {{\"id\":\"c1\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" word{i}\"}}}}]}}\n\n"
+        );
     }
     s += "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
     s += &format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{TOKENS}}}}}\n\n");
@@ -24,7 +26,9 @@ fn sse_stream() -> Vec<u8> {
 fn ndjson_stream() -> Vec<u8> {
     let mut s = String::new();
     for i in 0..TOKENS {
-        s += &format!("{{\"model\":\"m\",\"message\":{{\"role\":\"assistant\",\"content\":\" word{i}\"}},\"done\":false}}\n");
+        s += &format!(
+            "{{\"model\":\"m\",\"message\":{{\"role\":\"assistant\",\"content\":\" word{i}\"}},\"done\":false}}\n"
+        );
     }
     s += &format!("{{\"model\":\"m\",\"done\":true,\"done_reason\":\"length\",\"eval_count\":{TOKENS},\"eval_duration\":1000,\"prompt_eval_count\":12,\"prompt_eval_duration\":10}}\n");
     s.into_bytes()

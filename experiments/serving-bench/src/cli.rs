@@ -75,13 +75,22 @@ pub struct ServeArgs {
     pub idle_timeout: f64,
 }
 
+/// A flag's value that is not a positive number of seconds up to [`serving::MAX_TIMEOUT_S`].
+#[derive(Debug, thiserror::Error)]
+pub enum SecondsError {
+    #[error("`{0}` is not a number of seconds")]
+    NotANumber(String),
+    #[error("{0}: must be above 0 and at most {max} seconds", max = serving::MAX_TIMEOUT_S)]
+    OutOfRange(f64),
+}
+
 /// A positive number of seconds, at most a week.
-pub fn seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+pub fn seconds(s: &str) -> Result<f64, SecondsError> {
+    let v: f64 = s.parse().map_err(|_| SecondsError::NotANumber(s.to_string()))?;
     if v.is_finite() && v > 0.0 && v <= serving::MAX_TIMEOUT_S {
         Ok(v)
     } else {
-        Err(format!("{v}: must be above 0 and at most {} seconds", serving::MAX_TIMEOUT_S))
+        Err(SecondsError::OutOfRange(v))
     }
 }
 

@@ -16,11 +16,11 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownKind> {
         match s {
             "openai" => Ok(Kind::OpenAi),
             "ollama" => Ok(Kind::Ollama),
-            other => Err(format!("unknown target kind `{other}`; use openai=URL or ollama=URL")),
+            other => Err(UnknownKind(other.to_string())),
         }
     }
 
@@ -30,6 +30,22 @@ impl Kind {
             Kind::Ollama => "ollama",
         }
     }
+}
+
+/// A target kind that is neither API family.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown target kind `{0}`; use openai=URL or ollama=URL")]
+pub struct UnknownKind(String);
+
+/// Why a server's metadata gave no JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{url}: {cause}")]
+    Request { url: String, cause: reqwest::Error },
+    #[error("{url}: HTTP {status}")]
+    Status { url: String, status: reqwest::StatusCode },
+    #[error("{url} lists no model; pass --model")]
+    NoModel { url: String },
 }
 
 /// A server to measure.
@@ -74,7 +90,7 @@ fn url(base: &str, path: &str) -> String {
 }
 
 /// The model a server serves when none was named: the first it lists.
-pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) -> Result<String, String> {
+pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) -> Result<String, FetchError> {
     let (path, pointer) = match kind {
         Kind::OpenAi => ("/v1/models", "/data/0/id"),
         Kind::Ollama => ("/api/tags", "/models/0/name"),
@@ -83,21 +99,22 @@ pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) ->
     v.pointer(pointer)
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| format!("{base}{path} lists no model; pass --model"))
+        .ok_or_else(|| FetchError::NoModel { url: format!("{base}{path}") })
 }
 
-async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
-    let r = client.get(url).timeout(Duration::from_secs(30)).send().await.map_err(|e| format!("{url}: {e}"))?;
+async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, FetchError> {
+    let request = |cause| FetchError::Request { url: url.to_string(), cause };
+    let r = client.get(url).timeout(Duration::from_secs(30)).send().await.map_err(request)?;
     if !r.status().is_success() {
-        return Err(format!("{url}: HTTP {}", r.status()));
+        return Err(FetchError::Status { url: url.to_string(), status: r.status() });
     }
-    r.json().await.map_err(|e| format!("{url}: {e}"))
+    r.json().await.map_err(request)
 }
 
 /// The server's version and what it says about the model (recorded as given; `null` with the
 /// reason when a server does not say).
 pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Value) {
-    let note = |e: String| json!({"unavailable": e});
+    let note = |e: FetchError| json!({"unavailable": e.to_string()});
     match target.kind {
         Kind::OpenAi => {
             let version = match get_json(client, &url(&target.base_url, "/version")).await {
@@ -114,16 +131,13 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
         Kind::Ollama => {
             let version = get_json(client, &url(&target.base_url, "/api/version")).await.unwrap_or_else(note);
             let show = async {
-                let r = client
-                    .post(url(&target.base_url, "/api/show"))
-                    .json(&json!({"model": target.model}))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let url = url(&target.base_url, "/api/show");
+                let request = |cause| FetchError::Request { url: url.clone(), cause };
+                let r = client.post(&url).json(&json!({"model": target.model})).send().await.map_err(request)?;
                 if !r.status().is_success() {
-                    return Err(format!("HTTP {}", r.status()));
+                    return Err(FetchError::Status { url, status: r.status() });
                 }
-                r.json::<Value>().await.map_err(|e| e.to_string())
+                r.json::<Value>().await.map_err(request)
             };
             (version, show.await.unwrap_or_else(note))
         }

@@ -16,7 +16,7 @@ pub mod serving;
 pub mod stream;
 
 use common::chart::{CompareRow, Section};
-use common::experiment::{AnyManifest, Experiment, Settings};
+use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
 use common::finding::Findings;
 use serde_json::Value;
 
@@ -31,17 +31,15 @@ impl Experiment for ServingBench {
         EXPERIMENT
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String> {
-        let parameters: serving::Parameters =
-            serde_json::from_value(manifest.parameters.clone()).map_err(|e| format!("parameters: {e}"))?;
-        parameters.validate()
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
+        Ok(read_as::<serving::Parameters>("parameters", &manifest.parameters)?.validate()?)
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
         common::experiment::schemas_of::<serving::Parameters, Value, serving::ServingArtifact>(EXPERIMENT)
     }
 
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
         common::experiment::settings::<cli::Cli>(argv, manifest_parameters)
     }
 
@@ -57,8 +55,8 @@ impl Experiment for ServingBench {
         checks::audit_foreign(foreign, findings)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String> {
-        report::section(title, dir, artifact)
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+        Ok(report::section(title, dir, artifact))
     }
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {

@@ -3,7 +3,6 @@
 //! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 use common::experiment::{prepare, ModelArgs};
 use common::workspace::Workspace;
 use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
@@ -16,17 +15,13 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 fn main() {
-    common::init_tracing();
-    let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let result = match cli.command {
-        Some(Command::Serve(args)) => runtime.block_on(serve(args)),
-        None => runtime.block_on(bench(cli.bench)),
-    };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    common::experiment::main(|cli: Cli| {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("a tokio runtime")?;
+        match cli.command {
+            Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+            None => runtime.block_on(bench(cli.bench)),
+        }
+    })
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
@@ -187,8 +182,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let prompts = serving::default_prompts();
     let prompt_order: Vec<(&String, &String)> =
         ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
-    let measured: usize = params.concurrency.iter().sum::<usize>() * params.rounds * targets.len();
-    let bar = indicatif::ProgressBar::new((measured + params.warmups * targets.len()) as u64);
+    let counted = params.concurrency.iter().try_fold(0usize, |n, c| n.checked_add(*c));
+    let measured = counted
+        .and_then(|n| n.checked_mul(params.rounds)?.checked_mul(targets.len()))
+        .context("the run has more requests than can be counted; give fewer --rounds, --concurrency or --target")?;
+    let bar = indicatif::ProgressBar::new(measured.saturating_add(params.warmups.saturating_mul(targets.len())) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests {msg}")
             .expect("a valid template")

@@ -2,16 +2,9 @@
 //! (from the requests where kept, else the summary's percentiles, as in the seed), throughput
 //! bars; and its side of `report --compare`, groups paired by concurrency level.
 
-use common::chart::{Chart, CompareRow, Grouped, Lines, Section};
+use common::chart::{cell, Chart, CompareRow, Grouped, Lines, Section};
 use serde_json::Value;
 use std::fmt::Write;
-
-fn num(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.digits$}"),
-        _ => "-".into(),
-    }
-}
 
 const SERVING_COLUMNS: [(&str, &str, f64, usize); 7] = [
     ("ttft_s_p50", "TTFT p50 ms", 1000.0, 1),
@@ -23,7 +16,7 @@ const SERVING_COLUMNS: [(&str, &str, f64, usize); 7] = [
     ("aggregate_output_tps_mean", "aggregate tok/s", 1.0, 1),
 ];
 
-pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, String> {
+pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
     let groups = serving_groups(a);
     let mut section = Section::new(dir);
     let mut md = String::new();
@@ -38,7 +31,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
     for (label, row) in &groups {
         let cells: Vec<String> = SERVING_COLUMNS
             .iter()
-            .map(|(k, _, scale, d)| num(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
+            .map(|(k, _, scale, d)| cell(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
             .collect();
         let _ = writeln!(md, "| {label} | {} | {} | {} |", row["requests"], row["failures"], cells.join(" | "));
     }
@@ -89,7 +82,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Result<Section, Stri
     };
     section.markdown.push_str(&md);
     section.image("throughput", "throughput", Chart::Grouped(chart));
-    Ok(section)
+    section
 }
 
 /// Per concurrency level, each summary column of A's group beside B's.

@@ -9,6 +9,7 @@
 //! `aggregate_output_tps` is a round's successful output tokens over that round's wall time.
 //! Percentiles interpolate linearly between order statistics.
 
+use common::manifest::Invalid;
 use common::policy::Policy;
 use common::provenance::Provenance;
 use common::stats::summarize;
@@ -119,12 +120,12 @@ impl RequestRecord {
         (decode > 0.0).then(|| n as f64 / decode)
     }
 
-    pub fn tpot(&self) -> Option<f64> {
+    pub(crate) fn tpot(&self) -> Option<f64> {
         let (n, _) = self.output_tokens();
         (n > 1).then(|| (self.total() - self.ttft().unwrap_or(0.0)) / (n - 1) as f64).filter(|_| self.ttft().is_some())
     }
 
-    pub fn request_tps(&self) -> Option<f64> {
+    pub(crate) fn request_tps(&self) -> Option<f64> {
         let total = self.total();
         (total > 0.0).then(|| self.output_tokens().0 as f64 / total)
     }
@@ -151,7 +152,7 @@ fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f6
 /// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
 /// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
 /// count sources used, and why `prompt_tps` is null when it is.
-pub fn summarize_group(
+pub(crate) fn summarize_group(
     runtime: &str,
     model: &str,
     concurrency: usize,
@@ -206,7 +207,8 @@ pub fn summarize_group(
 pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
     let start = round.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
     let end = round.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
-    let tokens: u64 = round.iter().filter(|r| r.ok()).map(|r| r.output_tokens().0).sum();
+    // Saturating: the counts may come from a file the audit reads.
+    let tokens = round.iter().filter(|r| r.ok()).fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
     (end > start).then(|| tokens as f64 / (end - start))
 }
 
@@ -273,21 +275,35 @@ fn batched() -> Policy {
     Policy::Batched
 }
 
+/// The largest count accepted for rounds, warm-ups, tokens and streams: far beyond any run this
+/// machine can make, and small enough that their products cannot overflow.
+pub const MAX_COUNT: usize = 1 << 20;
+
 /// The longest timeout accepted, in seconds (a week): beyond it a deadline is no deadline, and
 /// far beyond it the clock's arithmetic overflows.
-pub const MAX_TIMEOUT_S: f64 = 7.0 * 86_400.0;
+pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 86_400.0;
 
 impl Parameters {
     /// One line per problem, naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         if self.rounds == 0 {
-            return Err("rounds: 0; must be at least 1".into());
+            return Err(Invalid::new("rounds", "0; must be at least 1"));
         }
         if self.concurrency.is_empty() || self.concurrency.contains(&0) {
-            return Err("concurrency: every level must be at least 1".into());
+            return Err(Invalid::new("concurrency", "every level must be at least 1"));
+        }
+        for (name, v, max) in [
+            ("rounds", self.rounds, MAX_COUNT),
+            ("warmups", self.warmups, MAX_COUNT),
+            ("max_tokens", self.max_tokens, MAX_COUNT),
+            ("concurrency", self.concurrency.iter().copied().max().unwrap_or(0), MAX_COUNT),
+        ] {
+            if v > max {
+                return Err(Invalid::new(name, format!("{v} is more than {max}; give fewer")));
+            }
         }
         if self.max_tokens == 0 {
-            return Err("max_tokens: 0; must be at least 1".into());
+            return Err(Invalid::new("max_tokens", "0; must be at least 1"));
         }
         for (name, v) in [
             ("connect_timeout_s", self.connect_timeout_s),
@@ -296,14 +312,17 @@ impl Parameters {
             ("total_timeout_s", self.total_timeout_s),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
-                return Err(format!("{name}: {v}; must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"));
+                return Err(Invalid::new(
+                    name,
+                    format!("{v}; must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"),
+                ));
             }
         }
         if self.server_max_active == 0 {
-            return Err("server_max_active: 0; must be at least 1".into());
+            return Err(Invalid::new("server_max_active", "0; must be at least 1"));
         }
         if self.server_chunk_size == Some(0) {
-            return Err("server_chunk_size: 0; must be at least 1 (or absent for whole prompts)".into());
+            return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
         Ok(())
     }

@@ -520,7 +520,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
     let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit { ws: &ws, experiments: &[&serving_bench::ServingBench] }.audit_artifact(&out);
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
     assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["summary"][1]["ttft_s_p50"] = json!(0.001);
@@ -530,7 +530,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     map.insert("seal".into(), serde_json::to_value(seal).unwrap());
     let edited = tmp.path().join("edited.json");
     std::fs::write(&edited, v.to_string()).unwrap();
-    let report = audit::Audit { ws: &ws, experiments: &[&serving_bench::ServingBench] }.audit_artifact(&edited);
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().starts_with("summary[1].ttft_s_p50"), "{}", report.first_reason());
 }

@@ -18,6 +18,41 @@ use serde_json::Value;
 /// A manifest as the tools read it, before an experiment gives its parts their types.
 pub use crate::workspace::AnyManifest;
 
+/// Why an experiment refused what a tool gave it: a manifest, a recorded command line, an
+/// artifact to pin from or to report.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// A part (`parameters`, `expectations`, an artifact) that does not read as the experiment's
+    /// type; serde's message names the field.
+    #[error("{part}: {cause}")]
+    Read { part: String, cause: serde_json::Error },
+    /// A parameter out of its range.
+    #[error(transparent)]
+    Invalid(#[from] crate::manifest::Invalid),
+    /// A recorded `argv` that the experiment's command line refuses.
+    #[error("argv does not parse: {0}")]
+    Argv(clap::error::ErrorKind),
+    /// An artifact without a part the request needs (e.g. no runs to pin ids from).
+    #[error("the artifact has no {0}")]
+    Missing(&'static str),
+    /// A recorded `argv` of a command that writes no artifact (a subcommand such as `serve`).
+    #[error("{0}")]
+    WritesNoArtifact(&'static str),
+}
+
+impl ExperimentError {
+    /// For `map_err`: `part` did not read.
+    pub fn read(part: impl Into<String>) -> impl FnOnce(serde_json::Error) -> Self {
+        let part = part.into();
+        move |cause| ExperimentError::Read { part, cause }
+    }
+}
+
+/// Reads `value` (the part `part` of a manifest or artifact) as `T`.
+pub fn read_as<T: DeserializeOwned>(part: &str, value: &Value) -> Result<T, ExperimentError> {
+    T::deserialize(value).map_err(ExperimentError::read(part))
+}
+
 /// What a command line gives (see [`Experiment::settings`]).
 pub struct Settings {
     pub requested: Value,
@@ -39,6 +74,37 @@ pub trait CommandLine: clap::Parser {
     /// Why this command line writes no artifact (a subcommand such as `serve`), if so.
     fn writes_no_artifact(&self) -> Option<&'static str> {
         None
+    }
+}
+
+/// The whole `main` of an experiment binary: logging, the command line `A`, then `run`; an error
+/// is printed on one line (`{:#}`, so an `anyhow` error shows its causes) with exit status 1,
+/// and otherwise the process exits with the status `run` gives.
+pub fn main<A: clap::Parser, T: ExitStatus, E: std::fmt::Display>(run: impl FnOnce(A) -> Result<T, E>) -> ! {
+    crate::init_tracing();
+    match run(A::parse()) {
+        Ok(status) => std::process::exit(status.code()),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// What a binary's `run` returns on success: nothing (status 0) or its own exit status.
+pub trait ExitStatus {
+    fn code(self) -> i32;
+}
+
+impl ExitStatus for () {
+    fn code(self) -> i32 {
+        0
+    }
+}
+
+impl ExitStatus for i32 {
+    fn code(self) -> i32 {
+        self
     }
 }
 
@@ -69,16 +135,19 @@ pub fn audit_as<A: DeserializeOwned>(
 }
 
 /// [`Experiment::settings`] for an experiment whose command line is `A`.
-pub fn settings<A: CommandLine>(argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String> {
-    let args = A::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+pub fn settings<A: CommandLine>(
+    argv: &[String],
+    manifest_parameters: Option<&Value>,
+) -> Result<Settings, ExperimentError> {
+    let args = A::try_parse_from(argv).map_err(|e| ExperimentError::Argv(e.kind()))?;
     if let Some(why) = args.writes_no_artifact() {
-        return Err(why.to_string());
+        return Err(ExperimentError::WritesNoArtifact(why));
     }
     let effective = match manifest_parameters {
         None => None,
         Some(base) => {
-            let base: A::Parameters = serde_json::from_value(base.clone()).map_err(|e| format!("parameters: {e}"))?;
-            Some(serde_json::to_value(args.effective(&base)).map_err(|e| e.to_string())?)
+            let base: A::Parameters = read_as("parameters", base)?;
+            Some(serde_json::to_value(args.effective(&base)).map_err(ExperimentError::read("effective parameters"))?)
         }
     };
     Ok(Settings { requested: args.requested(), effective })
@@ -98,7 +167,7 @@ pub trait Experiment: Sync {
 
     /// Reads a manifest's parameters and expectations as this experiment's types and checks them;
     /// the error names the field and the fix.
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), String>;
+    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError>;
 
     /// Its JSON Schemas, as `(name, schema)`: `<name>-manifest.v1` and `<name>-artifact.v<N>`,
     /// committed under `schemas/` (a test of the registry keeps them in sync).
@@ -108,7 +177,7 @@ pub trait Experiment: Sync {
     /// (`provenance.settings.requested`) and, given the manifest's parameters, the effective ones
     /// its overrides make of them (`provenance.settings.effective`). So the audit tells an edited
     /// `argv` or edited parameters from the run's own; the error says why `argv` does not parse.
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, String>;
+    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError>;
 
     /// The invariants of one of its artifacts (the body, seal removed), and the expectations of
     /// the manifest it ran when its parameters were the manifest's (`None` for unpinned and custom
@@ -126,13 +195,13 @@ pub trait Experiment: Sync {
 
     /// New expectations for the manifest from a fresh, audited artifact (`current`: the
     /// manifest's present ones); `Ok(None)`: this experiment pins nothing.
-    fn pin(&self, _artifact: &Value, _current: Option<&Value>) -> Result<Option<Value>, String> {
+    fn pin(&self, _artifact: &Value, _current: Option<&Value>) -> Result<Option<Value>, ExperimentError> {
         Ok(None)
     }
 
     /// Its section of the report page for one artifact (ours or foreign); `dir` is the folder,
     /// relative to the page, its charts are written to.
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, String>;
+    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError>;
 
     /// The metrics of two of its artifacts side by side (A, B), for `report --compare`.
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow>;

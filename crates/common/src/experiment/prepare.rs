@@ -4,7 +4,9 @@
 
 use crate::artifact::{self, ArtifactError};
 use crate::load::{LoadError, LoadedModel};
-use crate::manifest::{manifest_name, manifest_sha256, read_experiment_manifest, ExperimentManifest, ManifestError};
+use crate::manifest::{
+    manifest_name, manifest_sha256, read_manifest_file, ExperimentManifest, ManifestError, ManifestFile,
+};
 use crate::provenance::{self, BuildFacts, ManifestRecord, Provenance, RunClock, RunFacts};
 use crate::qwen::WeightDtype;
 use crate::resolve::{resolve, resolve_unpinned, ResolveError, ResolveOptions, ResolvedModel};
@@ -93,7 +95,7 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
     };
     let (manifest, resolved) = match manifest_path {
         Some(path) => {
-            let manifest: ExperimentManifest<P, E> = read_experiment_manifest(&path)?;
+            let ManifestFile { manifest, parameters, sha256 } = read_manifest_file::<P, E>(&path)?;
             if manifest.experiment != experiment {
                 return Err(PrepareError::WrongExperiment {
                     path: path.display().to_string(),
@@ -110,10 +112,9 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
                 hub_cache: None,
             };
             let resolved = resolve(&ws, &pin, &opts)?;
-            let parameters = read_experiment_manifest::<serde_json::Value, serde_json::Value>(&path)?.parameters;
             let record = ManifestRecord {
                 path: ws.relative(&path)?,
-                sha256: manifest_sha256(&path)?,
+                sha256,
                 model_pin_path: ws.display_path(&pin_path),
                 model_pin_sha256: manifest_sha256(&pin_path)?,
             };

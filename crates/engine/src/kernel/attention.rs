@@ -66,7 +66,7 @@ pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
 /// layout, `keys.len() / (kv_heads · d)` positions per KV head): `new` is `kv_heads × n × d`, as
 /// the projection computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`,
 /// at `p % TILE`.
-pub fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
+pub(crate) fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
     let (capacity, n) = (keys.len() / (kv_heads * d), new.len() / (kv_heads * d));
     assert!(keys.len() == kv_heads * capacity * d && new.len() == kv_heads * n * d, "store_keys: shapes do not agree");
     assert!(capacity.is_multiple_of(TILE) && pos + n <= capacity, "store_keys: positions past the capacity");

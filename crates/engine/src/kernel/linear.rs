@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 /// Outputs per panel of a matrix stored in panels ([`Layout::panels`]): two 512-bit vectors of F32
 /// accumulators per activation row, so a group of eight rows takes half the 32 registers.
-pub const PANEL: usize = 32;
+pub(crate) const PANEL: usize = 32;
 
 /// How a weight matrix (`out × k`, a linear layer's) lies in memory: as rows (row-major), or in
 /// panels of [`PANEL`] rows (the last one narrower when `PANEL` does not divide `out`), each panel
@@ -221,7 +221,7 @@ pub(super) unsafe fn panel_plain<W: Weight>(w: &[W], x: &[f32], rows: usize, y: 
 
 /// `w[j] · x` for the weight rows `js` only (`w` row-major, `x` one row of `k`): the same bits as
 /// the `j`th output of [`linear`] without bias, since each output depends only on its own rows.
-pub fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> Vec<f32> {
+pub(crate) fn selected_rows<W: Weight>(w: &[W], k: usize, x: &[f32], js: &[usize]) -> Vec<f32> {
     assert!(x.len() == k && js.iter().all(|j| (j + 1) * k <= w.len()), "selected_rows: shapes do not agree");
     let mut y = vec![0f32; js.len()];
     on_cache_lines(x, |x| {

@@ -37,9 +37,11 @@ pub(crate) mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use attention::{attend_each, store_keys, Attending, AttentionShape, TILE};
+pub(crate) use attention::store_keys;
+pub use attention::{attend_each, Attending, AttentionShape, TILE};
 pub use int::int_products;
-pub use linear::{linear, selected_rows, Layout, Weight, PANEL};
+pub use linear::{linear, Layout, Weight};
+pub(crate) use linear::{selected_rows, PANEL};
 pub use mlp::silu_mul;
 
 /// Weight rows per parallel task of a product in rows (the head): small enough to balance two to
@@ -74,7 +76,7 @@ fn on_cache_lines<T: Copy + Default, R>(x: &[T], work: impl FnOnce(&[T]) -> R) -
 /// and puts the caller to sleep until they finish: two thread wake-ups per region, measured at
 /// 6% of a decode step on two cores. Opened from a pool thread, that thread works on the region
 /// itself while the others, still spinning from the last region, take their share.
-pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+pub(crate) fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| work())
 }
 

@@ -42,9 +42,9 @@ fn main() {
 
 fn run(cli: Cli) -> Result<i32> {
     let ws = Workspace::discover()?;
-    let audit = Audit { ws: &ws, experiments: EXPERIMENTS };
+    let audit = Audit::new(&ws, EXPERIMENTS);
     if let Some(artifact) = cli.update {
-        let (path, old, new) = audit.pin_from_artifact(&artifact).map_err(anyhow::Error::msg)?;
+        let (path, old, new) = audit.pin_from_artifact(&artifact)?;
         let diff = line_diff(&old, &new);
         if diff.is_empty() {
             println!("{}: already pinned to this artifact", ws.display_path(&path));

@@ -4,7 +4,6 @@
 use anyhow::{bail, Result};
 use clap::Parser;
 use common::workspace::Workspace;
-use report::{charts, page, view};
 use std::path::{Path, PathBuf};
 use tools::registry::EXPERIMENTS;
 
@@ -59,20 +58,17 @@ fn run(cli: Cli) -> Result<()> {
     if inputs.is_empty() && cli.compare.is_empty() {
         bail!("no artifacts under artifacts/ yet: run `just reproduce`, or name artifact files");
     }
-    charts::init_font().map_err(anyhow::Error::msg)?;
+    report::init_font()?;
     std::fs::create_dir_all(&out)?;
     let mut md = String::from("# Report\n\nRendered from artifacts alone by `just report`.\n\n");
     for path in &inputs {
-        let artifact = view::load(path, EXPERIMENTS).map_err(anyhow::Error::msg)?;
-        md.push_str(&page::section(&artifact, &out).map_err(anyhow::Error::msg)?);
+        let artifact = report::load(path, EXPERIMENTS)?;
+        md.push_str(&report::section(&artifact, &out)?);
         println!("rendered {}", ws.display_path(path));
     }
     if let [a, b] = cli.compare.as_slice() {
-        let (a, b) = (
-            view::load(a, EXPERIMENTS).map_err(anyhow::Error::msg)?,
-            view::load(b, EXPERIMENTS).map_err(anyhow::Error::msg)?,
-        );
-        md.push_str(&page::compare(&a, &b).map_err(anyhow::Error::msg)?);
+        let (a, b) = (report::load(a, EXPERIMENTS)?, report::load(b, EXPERIMENTS)?);
+        md.push_str(&report::compare(&a, &b)?);
     }
     let page_path = out.join("report.md");
     common::artifact::write_replace(&page_path, md.as_bytes())?;

@@ -142,7 +142,7 @@ fn reproduce_one(
     let artifact = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or("no artifact").to_string();
     if output.status.success() {
         // Every fresh artifact must pass the audit it will face later.
-        let report = Audit { ws, experiments: EXPERIMENTS }.audit_artifact(&ws.root.join(&artifact));
+        let report = Audit::new(ws, EXPERIMENTS).audit_artifact(&ws.root.join(&artifact));
         match report.verdict {
             Verdict::Ok => Outcome::Reproduced(artifact),
             _ => Outcome::Failed(format!("audit: {} ({artifact})", report.first_reason())),

@@ -205,17 +205,27 @@ fn response_id(prefix: &str) -> String {
     format!("{prefix}-{:x}{:06x}", now_secs(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Why a whole (not streamed) answer has no text to send.
+#[derive(Debug, thiserror::Error)]
+enum Unanswered {
+    /// The engine's own message.
+    #[error("{0}")]
+    Engine(String),
+    #[error("the engine stopped before the answer ended")]
+    Stopped,
+}
+
 /// Waits for the whole answer: its text and how it ended.
-async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Finished), String> {
+async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Finished), Unanswered> {
     let mut text = String::new();
     while let Some(event) = rx.recv().await {
         match event {
             Event::Text(t) => text.push_str(&t),
-            Event::Error(e) => return Err(e),
+            Event::Error(e) => return Err(Unanswered::Engine(e)),
             Event::Done(d) => return Ok((text, d)),
         }
     }
-    Err("the engine stopped before the answer ended".into())
+    Err(Unanswered::Stopped)
 }
 
 /// A streaming body: one chunk per engine event, written as it arrives. Dropping the body (the
@@ -272,7 +282,7 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     let created = now_secs();
     if !prepared.request.stream {
         return match collect(&mut rx).await {
-            Err(e) => error(true, 500, "", e),
+            Err(e) => error(true, 500, "", e.to_string()),
             Ok((text, d)) => {
                 let choice = if chat {
                     json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason(d.reason)})
@@ -352,7 +362,7 @@ async fn ollama(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     };
     if !prepared.request.stream {
         return match collect(&mut rx).await {
-            Err(e) => error(false, 500, "", e),
+            Err(e) => error(false, 500, "", e.to_string()),
             Ok((text, d)) => ([(header::CONTENT_TYPE, "application/json")], line(&text, Some(&d))).into_response(),
         };
     }

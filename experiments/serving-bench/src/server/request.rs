@@ -22,7 +22,7 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub fn is_openai(self) -> bool {
+    pub(crate) fn is_openai(self) -> bool {
         matches!(self, Endpoint::OpenAiChat | Endpoint::OpenAiCompletions)
     }
 }
@@ -78,7 +78,7 @@ pub struct GenerationRequest {
 
 /// Checks the declared content type: a JSON type, none at all, or (for Ollama's API, whose own
 /// documentation posts with plain `curl -d`) curl's form default. Anything else is a 415.
-pub fn check_content_type(endpoint: Endpoint, content_type: Option<&str>) -> Result<(), Rejection> {
+pub(crate) fn check_content_type(endpoint: Endpoint, content_type: Option<&str>) -> Result<(), Rejection> {
     let Some(declared) = content_type else { return Ok(()) };
     let mime = declared.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     let json = mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"));

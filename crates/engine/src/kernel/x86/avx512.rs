@@ -190,7 +190,14 @@ macro_rules! entry_points {
     ($block:ident, $panel:ident, $ty:ident, $extra:literal) => {
         #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
         #[target_feature(enable = $extra)]
-        pub(in crate::kernel) unsafe fn $block(w: &[$ty], k: usize, first: usize, x: &[f32], rows: usize, yt: &mut [f32]) {
+        pub(in crate::kernel) unsafe fn $block(
+            w: &[$ty],
+            k: usize,
+            first: usize,
+            x: &[f32],
+            rows: usize,
+            yt: &mut [f32],
+        ) {
             in_rows!((w, k, first, x, rows, yt), |wj, xs| dots(wj, xs, widen8!($ty), widen16!($ty)))
         }
 
