@@ -103,7 +103,7 @@ fn run(args: Args) -> Result<()> {
             ));
             comparisons.push(Comparison::new(
                 &format!("{name}: prefill"),
-                "llama.cpp / ours prefill time (ours's speed-up)",
+                "llama.cpp / ours prefill time (how many times faster ours prefills)",
                 "s",
                 "ours",
                 of(&o, |r| r.prefill_s),
