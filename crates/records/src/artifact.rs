@@ -205,6 +205,7 @@ impl Redactor {
                 out = out.replace(secret.as_str(), "<redacted>");
             }
         }
+        out = redact_url_credentials(&out);
         if let Some(home) = &self.home {
             out = replace_path_prefix(&out, home);
         }
@@ -218,6 +219,29 @@ impl Redactor {
         }
         replace_path_prefix(&out, "/root")
     }
+}
+
+/// Replaces the user information of every URL in `s` (`scheme://user:password@host`) with
+/// `<redacted>`: a target given with credentials uses them, and no artifact keeps them.
+fn redact_url_credentials(s: &str) -> String {
+    const MARK: &str = "<redacted>";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        // The authority ends at the path, query, fragment, or whatever cannot be in a URL.
+        let end = tail.find(|c: char| "/?#\"' ,;".contains(c) || c.is_whitespace()).unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(userinfo) if &tail[..userinfo] != MARK => {
+                out.push_str(MARK);
+                rest = &tail[userinfo..];
+            }
+            _ => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Replaces `prefix` with `~` wherever it starts a path (followed by `/`, a quote, space or end).
@@ -278,6 +302,30 @@ mod tests {
         assert_eq!(v["out"], "~/results/x.json");
         assert_eq!(v["argv"][2], "~/Documents/x");
         assert_eq!(v["keep"], "/tmp/x /homestead /rooted");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_redacted_wherever_they_appear() {
+        let r = Redactor { home: None, secrets: Vec::new() };
+        let mut v = serde_json::json!({
+            "base_url": "http://alice:s3cret@10.0.0.7:8000",
+            "argv": ["--target", "openai=https://alice:s3cret@lb.example:443/v1?x=1", "--target=ollama=http://bob@h/"],
+            "message": "GET http://alice:s3cret@10.0.0.7:8000/v1/models: connection refused",
+            "keep": ["http://10.0.0.7:8000/v1", "user@host", "mailto:a@b", "http://h/a@b"],
+        });
+        r.redact(&mut v);
+        let text = v.to_string();
+        for leak in ["alice", "s3cret", "bob"] {
+            assert!(!text.contains(leak), "{leak} leaked: {text}");
+        }
+        assert_eq!(v["base_url"], "http://<redacted>@10.0.0.7:8000");
+        assert_eq!(v["argv"][1], "openai=https://<redacted>@lb.example:443/v1?x=1");
+        assert_eq!(v["argv"][2], "--target=ollama=http://<redacted>@h/");
+        assert_eq!(v["keep"], serde_json::json!(["http://10.0.0.7:8000/v1", "user@host", "mailto:a@b", "http://h/a@b"]));
+        // Redacting twice changes nothing (the audit re-reads redacted command lines).
+        let once = v.clone();
+        r.redact(&mut v);
+        assert_eq!(v, once);
     }
 
     #[test]

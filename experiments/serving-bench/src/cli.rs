@@ -122,16 +122,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Seconds to connect [default: the manifest's].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub connect_timeout: Option<f64>,
     /// Seconds from sending to the first generated text [default: the manifest's].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub first_token_timeout: Option<f64>,
     /// Seconds of silence allowed inside a stream [default: the manifest's].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub idle_timeout: Option<f64>,
     /// Seconds for a whole request [default: the manifest's].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub timeout: Option<f64>,
 }
 

@@ -306,10 +306,10 @@ async fn stream_into(
             break;
         }
     }
-    if complete {
-        Ok(())
-    } else {
-        Err((ErrorClass::TruncatedStream, "the stream ended before its final event".into()))
+    match (complete, rec.first_token_s) {
+        (true, Some(_)) => Ok(()),
+        (true, None) => Err((ErrorClass::EmptyStream, "the stream ended well but carried no generated text".into())),
+        (false, _) => Err((ErrorClass::TruncatedStream, "the stream ended before its final event".into())),
     }
 }
 

@@ -33,6 +33,9 @@ pub enum ErrorClass {
     TotalTimeout,
     /// The stream ended before its final event.
     TruncatedStream,
+    /// The stream ended well (its final event arrived) but carried no generated text: nothing to
+    /// time a first token by, so it is no success.
+    EmptyStream,
     /// The server sent an error object in the stream.
     ErrorEvent,
     /// A line or event that is not the JSON the protocol promises.

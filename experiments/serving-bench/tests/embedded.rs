@@ -586,6 +586,35 @@ fn serve_binds_loopback_stops_cleanly_on_ctrl_c_and_warns_off_loopback() {
     );
 }
 
+#[test]
+fn credentials_in_a_target_url_are_used_and_never_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (child, line) = serve(&tmp.path().join("models"), &[]);
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+    let target = format!("openai={}", url.replace("http://", "http://alice:s3cret@"));
+    let out = tmp.path().join("bench.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", &target, "--rounds", "1", "--concurrency", "1", "--max-tokens", "4"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    interrupt(child);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    for leak in ["alice", "s3cret"] {
+        assert!(!text.contains(leak), "{leak} is in the artifact");
+    }
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    assert!(a.requests.len() == 1 && a.requests[0].ok(), "{:?}", a.requests);
+    assert!(a.runtimes[0].base_url.starts_with("http://<redacted>@127.0.0.1:"), "{:?}", a.runtimes);
+    // The audit re-reads the redacted command line and finds it consistent.
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+}
+
 /// A tiny blocking GET for the test above (the server runs in another process).
 mod reqwest {
     pub use ::reqwest::*;
@@ -599,13 +628,17 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=https://127.0.0.1:1"], "must start with http://"),
         (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
-        (&["--timeout=-1"], "total_timeout_s: -1"),
+        (&["--timeout=-1"], "--timeout <TIMEOUT>': -1: must be above 0"),
         (&["--timeout=1e19"], "at most 604800"),
+        (&["--idle-timeout", "1e300"], "at most 604800"),
+        (&["--first-token-timeout", "NaN"], "NaN: must be above 0"),
+        (&["--connect-timeout", "soon"], "`soon` is not a number of seconds"),
+        (&["--concurrency", "1,18446744073709551615"], "concurrency: 18446744073709551615 is more than"),
     ];
     for (args, expected) in cases {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))

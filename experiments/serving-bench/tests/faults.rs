@@ -37,8 +37,14 @@ fn good_sse() -> String {
 
 /// Fault injector: serves one connection with `script`, reading the request first.
 async fn scripted(script: Vec<Step>) -> String {
+    scripted_seeing(script).await.0
+}
+
+/// [`scripted`], also giving the request it read.
+async fn scripted_seeing(script: Vec<Step>) -> (String, tokio::sync::oneshot::Receiver<Vec<u8>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let (request, seen_request) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let (mut sock, _) = listener.accept().await.unwrap();
         let mut buf = vec![0u8; 64 * 1024];
@@ -51,6 +57,7 @@ async fn scripted(script: Vec<Step>) -> String {
             }
             seen.extend_from_slice(&buf[..n]);
         }
+        let _ = request.send(seen);
         for step in script {
             match step {
                 Step::Write(b) => {
@@ -72,7 +79,7 @@ async fn scripted(script: Vec<Step>) -> String {
         }
         let _ = sock.shutdown().await;
     });
-    format!("http://{addr}")
+    (format!("http://{addr}"), seen_request)
 }
 
 fn timeouts() -> Timeouts {
@@ -111,6 +118,44 @@ async fn a_stream_without_done_marker_but_finished_succeeds() {
     let body = good_sse().replace("data: [DONE]\n\n", "");
     let r = run(Kind::OpenAi, scripted(vec![w(&body)]).await, timeouts()).await;
     assert_eq!(r.error, None, "{:?}", r.error_detail);
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
+    // A role chunk, the finish, usage of zero tokens, the marker: well formed, and nothing to time.
+    let body = format!(
+        "{SSE_HEAD}data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\"}},\"finish_reason\":null}}]}}\n\n\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"\"}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":0}}}}\n\ndata: [DONE]\n\n"
+    );
+    let r = run(Kind::OpenAi, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::EmptyStream), "{:?}", r.error_detail);
+    assert!(!r.ok() && r.error_detail.is_some() && r.first_token_s.is_none());
+    assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+    // The same for Ollama's NDJSON: a final object after no text.
+    let body = format!("{NDJSON_HEAD}{{\"message\":{{\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\"eval_count\":0}}\n");
+    let r = run(Kind::Ollama, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::EmptyStream), "{:?}", r.error_detail);
+    // It is counted among the failures by its class, as the audit recomputes them.
+    let runtimes = [serving_bench::serving::Runtime {
+        name: "scripted".into(),
+        kind: "ollama".into(),
+        base_url: String::new(),
+        model: "m".into(),
+    }];
+    let summary = serving_bench::serving::summarize_all(&runtimes, std::slice::from_ref(&r));
+    assert_eq!(summary[0]["failures_by_class"]["empty_stream"], 1, "{:?}", summary[0]);
+}
+
+#[tokio::test]
+async fn credentials_in_a_target_url_are_sent_as_basic_auth() {
+    let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
+    let with_credentials = base.replace("http://", "http://alice:s3cret@");
+    let r = run(Kind::OpenAi, with_credentials, timeouts()).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    let request = String::from_utf8(seen.await.unwrap()).unwrap().to_ascii_lowercase();
+    // base64("alice:s3cret")
+    assert!(request.contains("authorization: basic ywxpy2u6cznjcmv0"), "{request}");
 }
 
 #[tokio::test]
