@@ -57,3 +57,24 @@ fi
 mkdir -p artifacts/bench
 ./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
   --out "artifacts/bench/serving-$(date -u +%Y%m%dT%H%M%SZ).json"
+
+# The same two servers under open-loop load: Poisson arrivals at each rate in turn, the servers
+# taking turns per rate, latency against achieved throughput in one artifact.
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+  --request-rate 0.25,0.5,1,2 --num-requests 16 --warmup-requests 2 --max-tokens 64 \
+  --out "artifacts/bench/serving-sweep-$(date -u +%Y%m%dT%H%M%SZ).json"
+
+# The client holding its schedule: 500 requests/s (Poisson) against the embedded server on the
+# tiny checkpoint, in its own process with room for 256 streams; the artifact's
+# send_lateness_s_p99 is the client's lateness at that rate.
+cleanup
+server_pid=
+./target/release/models generate tiny
+./target/release/serving-bench serve --manifest manifests/serving-bench/tiny.json --port 0 \
+  --max-active 256 --queue 1024 >target/bench/embedded-serve.log 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do grep -q 'http://' target/bench/embedded-serve.log && break; sleep 0.2; done
+url=$(grep -o 'http://[0-9.:]*' target/bench/embedded-serve.log | head -1)
+./target/release/serving-bench --target "openai=$url" --request-rate 500 --max-concurrency 256 \
+  --num-requests 3000 --warmup-requests 100 --max-tokens 8 \
+  --out "artifacts/bench/client-schedule-$(date -u +%Y%m%dT%H%M%SZ).json"

@@ -77,7 +77,7 @@ fn main() {
             })
             .collect();
         let records =
-            futures_util::future::join_all(specs.iter().map(|s| measure(&http, &target, s, &timeouts, t0))).await;
+            futures_util::future::join_all(specs.iter().map(|s| measure(&http, &target, s, &timeouts, t0, None))).await;
         let wall = t0.elapsed().as_secs_f64();
         let cpu = cpu0.zip(cpu_seconds()).map(|(a, b)| b - a);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -2,8 +2,10 @@
 //! summary recomputed from the per-request records), and the predecessor's seed read for what its
 //! summary allows.
 
+use crate::serving::{Arrivals, RequestRecord};
 use common::finding::Findings;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 fn num(v: &Value, key: &str) -> Option<f64> {
     v.get(key).and_then(Value::as_f64)
@@ -44,6 +46,18 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
             f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime));
         }
     }
+    match &artifact.arguments.arrivals {
+        Some(arrivals) => open_loop(arrivals, artifact.arguments.seed, &artifact.requests, f),
+        None => {
+            if let Some(i) = artifact.requests.iter().position(|r| r.arrival.is_some()) {
+                f.wrong(
+                    "invariants",
+                    format!("requests[{i}].arrival"),
+                    "an open-loop record in a run of closed rounds",
+                );
+            }
+        }
+    }
     let fresh = crate::serving::summarize_all(&artifact.runtimes, &artifact.requests);
     for i in 0..fresh.len().max(artifact.summary.len()) {
         match (fresh.get(i), artifact.summary.get(i)) {
@@ -61,6 +75,92 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
                 );
             }
             _ => f.wrong("invariants", format!("summary[{i}]"), "the groups differ from those of the requests"),
+        }
+    }
+}
+
+/// An open loop kept its promises: each group's requests are numbered from 0 without a gap, the
+/// warm-up ones are the first `warmup_requests`, a group at a finite rate was sent on the
+/// schedule its seed draws (every `scheduled_s`, relative to the group's first, within a
+/// microsecond), no group sent more requests than asked, and under `max_concurrency` no more
+/// requests were in flight at once.
+fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut Findings) {
+    let mut groups: BTreeMap<(&str, Option<u64>), Vec<(usize, &RequestRecord)>> = BTreeMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        match r.arrival {
+            None => f.wrong("invariants", format!("requests[{i}].arrival"), "missing in an open-loop run"),
+            Some(a) if !arrivals.rates.contains(&a.rate_rps) => {
+                f.wrong("invariants", format!("requests[{i}].arrival.rate_rps"), "not among arguments.arrivals.rates")
+            }
+            Some(a) => groups.entry((r.runtime.as_str(), a.rate_rps.map(f64::to_bits))).or_default().push((i, r)),
+        }
+    }
+    let planned = arrivals.num_requests.unwrap_or(usize::MAX);
+    for ((runtime, rate), group) in groups {
+        let rate = rate.map(f64::from_bits);
+        let at = |i: usize, k: &str| format!("requests[{i}].{k}");
+        if group.len() > planned {
+            f.wrong(
+                "invariants",
+                at(group[0].0, "runtime"),
+                format!("{runtime}: {} requests, more than {planned}", group.len()),
+            );
+        }
+        if let Some((i, r)) = group.iter().enumerate().find(|(n, (_, r))| r.index != *n).map(|(_, g)| *g) {
+            f.wrong(
+                "invariants",
+                at(i, "index"),
+                format!("{}: the group's requests are not numbered 0, 1, ... in order", r.index),
+            );
+            continue;
+        }
+        if let Some((i, r)) =
+            group.iter().find(|(_, r)| r.arrival.is_some_and(|a| a.warmup != (r.index < arrivals.warmup_requests)))
+        {
+            f.wrong(
+                "invariants",
+                at(*i, "arrival.warmup"),
+                format!("request {} of its group; warm-ups are the first {}", r.index, arrivals.warmup_requests),
+            );
+        }
+        if let Some(rate) = rate {
+            let offsets = crate::load::schedule(seed, rate, arrivals.burstiness, planned, arrivals.duration_s);
+            let origin = group[0].1.scheduled_s;
+            let drawn = offsets.len() == group.len();
+            match group.iter().zip(&offsets).find(|((_, r), o)| ((r.scheduled_s - origin) - **o).abs() > 1e-6) {
+                Some(((i, r), o)) => f.wrong(
+                    "invariants",
+                    at(*i, "scheduled_s"),
+                    format!("{} after the group's first, but its seed's schedule says {o}", r.scheduled_s - origin),
+                ),
+                None if !drawn => f.wrong(
+                    "invariants",
+                    at(group[0].0, "runtime"),
+                    format!(
+                        "{runtime}: {} requests, but the schedule within the duration has {}",
+                        group.len(),
+                        offsets.len()
+                    ),
+                ),
+                None => {}
+            }
+        }
+        if let Some(cap) = arrivals.max_concurrency {
+            // Sweep the sends and ends in time order (an end before a send at the same instant).
+            let mut events: Vec<(f64, i32)> =
+                group.iter().filter_map(|(_, r)| Some([(r.sent_s?, 1), (r.end_s, -1)])).flatten().collect();
+            events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let mut open = 0i64;
+            if let Some((t, _)) = events.iter().find(|(_, d)| {
+                open += i64::from(*d);
+                open > cap as i64
+            }) {
+                f.wrong(
+                    "invariants",
+                    at(group[0].0, "sent_s"),
+                    format!("{runtime}: more than {cap} requests in flight at {t} s"),
+                );
+            }
         }
     }
 }

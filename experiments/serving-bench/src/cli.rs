@@ -133,7 +133,51 @@ pub struct BenchArgs {
     /// Seconds for a whole request [default: the manifest's].
     #[arg(long, value_parser = seconds)]
     pub timeout: Option<f64>,
+    /// Open loop in place of the closed rounds: requests per second, comma-separated, one group
+    /// per rate (a sweep); `inf` sends each request as soon as `--max-concurrency` allows, or
+    /// all at once without it [default: the manifest's load].
+    #[arg(long, value_delimiter = ',', value_parser = rate)]
+    pub request_rate: Vec<Rate>,
+    /// Gamma shape of the gaps between arrivals: 1 is Poisson, below 1 burstier [default: 1].
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// At most this many requests in flight; with `--request-rate inf`, a closed pool whose slot
+    /// refills as soon as a request ends.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Requests per open-loop group, warm-up included [default: 100 when no --duration].
+    #[arg(long)]
+    pub num_requests: Option<usize>,
+    /// Seconds over which each open-loop group sends its requests.
+    #[arg(long, value_parser = seconds)]
+    pub duration: Option<f64>,
+    /// The first requests of each open-loop group, recorded but left out of the summary [default: 0].
+    #[arg(long)]
+    pub warmup_requests: Option<usize>,
 }
+
+/// An open-loop rate: requests per second, or `None` for unbounded (`inf`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate(pub Option<f64>);
+
+/// A `--request-rate` value that is neither a positive number nor `inf`.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a rate: give requests per second above 0 and at most {max}, or inf", max = serving::MAX_RATE)]
+pub struct RateError(String);
+
+/// A positive number of requests per second up to [`serving::MAX_RATE`], or `inf`.
+pub fn rate(s: &str) -> Result<Rate, RateError> {
+    if s.eq_ignore_ascii_case("inf") {
+        return Ok(Rate(None));
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= serving::MAX_RATE => Ok(Rate(Some(v))),
+        _ => Err(RateError(s.to_string())),
+    }
+}
+
+/// Open-loop requests per group when neither `--num-requests` nor `--duration` says.
+pub const DEFAULT_NUM_REQUESTS: usize = 100;
 
 impl BenchArgs {
     /// Applies the command-line overrides to the manifest's parameters.
@@ -167,6 +211,33 @@ impl BenchArgs {
         if let Some(v) = args.timeout {
             p.total_timeout_s = v
         }
+        let open = !args.request_rate.is_empty()
+            || args.burstiness.is_some()
+            || args.max_concurrency.is_some()
+            || args.num_requests.is_some()
+            || args.duration.is_some()
+            || args.warmup_requests.is_some();
+        if open {
+            let a = p.arrivals.get_or_insert_with(|| serving::Arrivals {
+                rates: vec![None],
+                burstiness: 1.0,
+                max_concurrency: None,
+                num_requests: None,
+                duration_s: None,
+                warmup_requests: 0,
+            });
+            if !args.request_rate.is_empty() {
+                a.rates = args.request_rate.iter().map(|r| r.0).collect();
+            }
+            a.burstiness = args.burstiness.unwrap_or(a.burstiness);
+            a.max_concurrency = args.max_concurrency.or(a.max_concurrency);
+            a.num_requests = args.num_requests.or(a.num_requests);
+            a.duration_s = args.duration.or(a.duration_s);
+            a.warmup_requests = args.warmup_requests.unwrap_or(a.warmup_requests);
+            if a.num_requests.is_none() && a.duration_s.is_none() {
+                a.num_requests = Some(DEFAULT_NUM_REQUESTS);
+            }
+        }
         p
     }
 
@@ -177,6 +248,9 @@ impl BenchArgs {
             "concurrency": self.concurrency, "max_tokens": self.max_tokens, "seed": self.seed,
             "connect_timeout": self.connect_timeout, "first_token_timeout": self.first_token_timeout,
             "idle_timeout": self.idle_timeout, "timeout": self.timeout, "model": self.model,
+            "request_rate": self.request_rate.iter().map(|r| r.0.map_or(json!("inf"), |v| json!(v))).collect::<Vec<_>>(),
+            "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
+            "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
         })
     }
 }
@@ -197,6 +271,7 @@ pub fn seed_parameters() -> Parameters {
         server_queue: 64,
         server_policy: Policy::Batched,
         server_chunk_size: None,
+        arrivals: None,
     }
 }
 

@@ -160,13 +160,15 @@ fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
     }
 }
 
-/// Sends one streaming request and records it. `t0` is the run's clock origin.
+/// Sends one streaming request and records it. `t0` is the run's clock origin; `scheduled`, when
+/// the load's schedule wanted it sent (`None`: now), from which its latencies count.
 pub async fn measure(
     client: &reqwest::Client,
     target: &Target,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
     t0: Instant,
+    scheduled: Option<Instant>,
 ) -> RequestRecord {
     let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
     let start = Instant::now();
@@ -176,7 +178,7 @@ pub async fn measure(
         round: spec.round,
         index: spec.index,
         prompt: spec.prompt_name.to_string(),
-        scheduled_s: secs(start),
+        scheduled_s: secs(scheduled.unwrap_or(start).min(start)),
         sent_s: None,
         first_byte_s: None,
         first_token_s: None,
@@ -193,6 +195,7 @@ pub async fn measure(
         ollama_prompt_eval_duration_ns: None,
         chunks: 0,
         chunk_gaps_s: Vec::new(),
+        arrival: None,
     };
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
     if let Err((class, detail)) = outcome {

@@ -7,6 +7,7 @@ use common::experiment::{prepare, ModelArgs};
 use common::workspace::Workspace;
 use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
 use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
+use serving_bench::load;
 use serving_bench::server::{self, ServerConfig};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use serving_bench::EXPERIMENT;
@@ -182,9 +183,17 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let prompts = serving::default_prompts();
     let prompt_order: Vec<(&String, &String)> =
         ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
-    let counted = params.concurrency.iter().try_fold(0usize, |n, c| n.checked_add(*c));
-    let measured = counted
-        .and_then(|n| n.checked_mul(params.rounds)?.checked_mul(targets.len()))
+    let per_target = match &params.arrivals {
+        // A group bounded by its duration alone has no count known up front: the bar counts up.
+        Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.rates.len()),
+        None => params
+            .concurrency
+            .iter()
+            .try_fold(0usize, |n, c| n.checked_add(*c))
+            .and_then(|n| n.checked_mul(params.rounds)),
+    };
+    let measured = per_target
+        .and_then(|n| n.checked_mul(targets.len()))
         .context("the run has more requests than can be counted; give fewer --rounds, --concurrency or --target")?;
     let bar = indicatif::ProgressBar::new(measured.saturating_add(params.warmups.saturating_mul(targets.len())) as u64);
     bar.set_style(
@@ -206,14 +215,39 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 max_tokens: params.max_tokens,
                 seed: params.seed,
             };
-            client::measure(&http, target, &spec, &timeouts, t0).await;
+            client::measure(&http, target, &spec, &timeouts, t0, None).await;
             bar.inc(1);
+        }
+    }
+    // An open loop: per rate, each target in turn runs the rate's schedule.
+    let rounds = if params.arrivals.is_some() { 0 } else { params.rounds };
+    if let Some(arrivals) = &params.arrivals {
+        let prompts: Vec<(&str, &str)> = prompt_order.iter().map(|(n, p)| (n.as_str(), p.as_str())).collect();
+        for &rate in &arrivals.rates {
+            for target in &targets {
+                let label = rate.map_or("inf".to_string(), |r| format!("{r}"));
+                bar.set_message(format!("{} at {label} requests/s", target.name));
+                let group = load::run_group(
+                    &http,
+                    target,
+                    arrivals,
+                    rate,
+                    &prompts,
+                    params.max_tokens,
+                    params.seed,
+                    &timeouts,
+                    t0,
+                    &bar,
+                )
+                .await;
+                records.extend(group);
+            }
         }
     }
     // Targets and concurrency levels take turns round by round: on a machine whose speed drifts
     // by tens of percent within minutes, only measurements taken side by side compare fairly,
     // whether two servers or one server's scaling from one level to the next.
-    for round in 0..params.rounds {
+    for round in 0..rounds {
         for &c in &params.concurrency {
             for target in &targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
@@ -232,7 +266,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                     })
                     .collect();
                 let batch = futures_util::future::join_all(
-                    specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0)),
+                    specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0, None)),
                 )
                 .await;
                 bar.inc(batch.len() as u64);
@@ -306,15 +340,20 @@ fn print_table(a: &ServingArtifact) {
     let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
         row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
     };
+    let open = a.arguments.arrivals.is_some();
+    let (group, late) = if open { ("rate", "late p99") } else { ("conc", "") };
     println!(
-        "{:<18} {:>4} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11}",
-        "runtime", "conc", "ok", "fail", "ttft p50", "ttft p95", "total p50", "decode t/s", "aggr t/s"
+        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>9}",
+        "runtime", group, "ok", "fail", "ttft p50", "ttft p95", "total p50", "decode t/s", "aggr t/s", late
     );
     for row in &a.summary {
+        let lateness = if open { format!("{}ms", f(row, "send_lateness_s_p99", 1000.0)) } else { String::new() };
+        let group =
+            if open { row["request_rate"].to_string().replace('"', "") } else { row["concurrency"].to_string() };
         println!(
-            "{:<18} {:>4} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11}",
+            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
-            row["concurrency"].to_string(),
+            group,
             row["successes"].to_string(),
             row["failures"].to_string(),
             f(row, "ttft_s_p50", 1000.0),
@@ -322,6 +361,7 @@ fn print_table(a: &ServingArtifact) {
             f(row, "total_s_p50", 1000.0),
             f(row, "decode_tps_mean", 1.0),
             f(row, "aggregate_output_tps_mean", 1.0),
+            lateness,
         );
     }
 }
@@ -341,6 +381,9 @@ fn spread(values: &[f64]) -> String {
 /// each concurrency, and each target's aggregate tokens/s at its highest concurrency over its
 /// lowest.
 fn print_comparison(a: &ServingArtifact) {
+    if a.arguments.arrivals.is_some() {
+        return; // an open loop has no rounds to pair
+    }
     // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
     let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
     for r in &a.requests {

@@ -1,6 +1,7 @@
 //! The serving benchmark's report section: the summary table, latency by percentile per group
 //! (from the requests where kept, else the summary's percentiles, as in the seed), throughput
-//! bars; and its side of `report --compare`, groups paired by concurrency level.
+//! bars, and for an open-loop sweep latency against achieved throughput; and its side of
+//! `report --compare`, groups paired by concurrency level and rate.
 
 use common::chart::{cell, Chart, CompareRow, Grouped, Lines, Section};
 use serde_json::Value;
@@ -82,17 +83,56 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
     };
     section.markdown.push_str(&md);
     section.image("throughput", "throughput", Chart::Grouped(chart));
+    sweep_curves(&groups, &mut section);
     section
+}
+
+/// For an open-loop sweep: latency against the throughput each rate achieved, one line per
+/// runtime (where the curve bends upward is where the server saturates).
+fn sweep_curves(groups: &[(String, Value)], section: &mut Section) {
+    let open: Vec<&Value> = groups.iter().map(|(_, r)| r).filter(|r| r.get("request_rate").is_some()).collect();
+    if open.len() < 2 {
+        return;
+    }
+    let mut runtimes: Vec<&str> = Vec::new();
+    for name in open.iter().filter_map(|r| r.get("runtime").and_then(Value::as_str)) {
+        if !runtimes.contains(&name) {
+            runtimes.push(name);
+        }
+    }
+    for (key, what) in [("ttft_s_p50", "TTFT p50"), ("ttft_s_p99", "TTFT p99"), ("tpot_s_p50", "TPOT p50")] {
+        let lines = runtimes
+            .iter()
+            .map(|name| {
+                let points = open
+                    .iter()
+                    .filter(|r| r.get("runtime").and_then(Value::as_str) == Some(name))
+                    .filter_map(|r| {
+                        let x = r.get("aggregate_output_tps_mean").and_then(Value::as_f64)?;
+                        Some((x, r.get(key).and_then(Value::as_f64)? * 1000.0))
+                    })
+                    .collect();
+                (name.to_string(), points)
+            })
+            .collect();
+        let chart = Lines {
+            title: format!("{what} against achieved output tokens/s, one point per request rate"),
+            x_label: "output tokens per second".into(),
+            y_label: "milliseconds".into(),
+            lines,
+        };
+        section.image(&format!("sweep-{key}"), &format!("{what} against throughput"), Chart::Lines(chart));
+    }
 }
 
 /// Per concurrency level, each summary column of A's group beside B's.
 pub(crate) fn compare(a: &Value, b: &Value) -> Vec<CompareRow> {
     let (ga, gb) = (serving_groups(a), serving_groups(b));
     let mut rows = Vec::new();
-    // Groups pair by concurrency level, in order (runtimes differ in name across machines).
+    // Groups pair by concurrency level and rate, in order (runtimes differ in name across machines).
     for (la, ra) in &ga {
-        let c = ra.get("concurrency");
-        let Some((lb, rb)) = gb.iter().find(|(_, r)| r.get("concurrency") == c) else { continue };
+        let c = (ra.get("concurrency"), ra.get("request_rate"));
+        let Some((lb, rb)) = gb.iter().find(|(_, r)| (r.get("concurrency"), r.get("request_rate")) == c) else { continue };
         for (k, label, scale, _) in SERVING_COLUMNS {
             rows.push((
                 format!("{la} vs {lb}: {label}"),
@@ -104,18 +144,27 @@ pub(crate) fn compare(a: &Value, b: &Value) -> Vec<CompareRow> {
     rows
 }
 
-/// The serving summary rows, each labelled `runtime c=N`.
+/// The serving summary rows, each labelled `runtime c=N` (closed rounds) or `runtime rate=R`
+/// (open loop; `max=N` with a cap on requests in flight).
 fn serving_groups(a: &Value) -> Vec<(String, Value)> {
     a.get("summary")
         .and_then(Value::as_array)
         .map(|rows| {
             rows.iter()
                 .map(|r| {
-                    let label = format!(
-                        "{} c={}",
-                        r.get("runtime").and_then(Value::as_str).unwrap_or("?"),
-                        r.get("concurrency").and_then(Value::as_u64).unwrap_or(0)
-                    );
+                    let runtime = r.get("runtime").and_then(Value::as_str).unwrap_or("?");
+                    let c = r.get("concurrency").and_then(Value::as_u64).unwrap_or(0);
+                    let label = match r.get("request_rate") {
+                        Some(rate) => {
+                            let rate = rate.as_str().map_or_else(|| rate.to_string(), str::to_string);
+                            if c > 0 {
+                                format!("{runtime} rate={rate} max={c}")
+                            } else {
+                                format!("{runtime} rate={rate}")
+                            }
+                        }
+                        None => format!("{runtime} c={c}"),
+                    };
                     (label, r.clone())
                 })
                 .collect()
@@ -128,12 +177,16 @@ fn serving_samples(a: &Value, row: &Value, metric: &str) -> Option<Vec<f64>> {
     let requests = a.get("requests").and_then(Value::as_array)?;
     let runtime = row.get("runtime")?;
     let concurrency = row.get("concurrency")?;
+    // An open-loop row's requests: its rate's (`null` in a record is the row's "inf"), warm-ups left out.
+    let rate = row.get("request_rate").map(|r| if r.is_string() { &Value::Null } else { r });
     let mut values: Vec<f64> = requests
         .iter()
         .filter(|r| {
             r.get("runtime") == Some(runtime)
                 && r.get("concurrency") == Some(concurrency)
                 && r.get("error").is_some_and(Value::is_null)
+                && r.pointer("/arrival/rate_rps") == rate
+                && r.pointer("/arrival/warmup") != Some(&Value::Bool(true))
         })
         .filter_map(|r| {
             let start = r.get("scheduled_s")?.as_f64()?;

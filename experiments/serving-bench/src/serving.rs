@@ -88,6 +88,20 @@ pub struct RequestRecord {
     pub chunks: u64,
     /// Gaps between consecutive chunks with generated text, seconds.
     pub chunk_gaps_s: Vec<f64>,
+    /// Its place in an open-loop schedule; absent in the seed's closed rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<Arrival>,
+}
+
+/// An open-loop request's group and window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arrival {
+    /// The group's rate, requests per second; `null`: unbounded (all at once, or a closed pool
+    /// under `max_concurrency`).
+    pub rate_rps: Option<f64>,
+    /// Sent before the measured window: recorded, left out of the summary.
+    pub warmup: bool,
 }
 
 impl RequestRecord {
@@ -104,6 +118,11 @@ impl RequestRecord {
         } else {
             (self.chunks, TokenSource::Chunks)
         }
+    }
+
+    /// How late the client sent it: from when the schedule wanted it sent to when it was.
+    pub fn lateness(&self) -> Option<f64> {
+        self.sent_s.map(|s| s - self.scheduled_s)
     }
 
     pub fn ttft(&self) -> Option<f64> {
@@ -215,24 +234,50 @@ pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
     (end > start).then(|| tokens as f64 / (end - start))
 }
 
-/// Summaries of every (runtime, concurrency) group, in the order the groups first appear.
+/// A request's group: its runtime, concurrency, and (open loop) rate, as bits so it can be a key.
+type GroupKey = (String, usize, Option<Option<u64>>);
+
+fn group_key(r: &RequestRecord) -> GroupKey {
+    (r.runtime.clone(), r.concurrency, r.arrival.map(|a| a.rate_rps.map(f64::to_bits)))
+}
+
+/// Summaries of every (runtime, concurrency, rate) group, in the order the groups first appear;
+/// an open-loop group's warm-up requests are left out.
 pub fn summarize_all(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<BTreeMap<String, serde_json::Value>> {
-    let mut order: Vec<(String, usize)> = Vec::new();
-    for r in records {
-        let key = (r.runtime.clone(), r.concurrency);
+    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)).collect();
+    let mut order: Vec<GroupKey> = Vec::new();
+    for r in &measured {
+        let key = group_key(r);
         if !order.contains(&key) {
             order.push(key);
         }
     }
     order
         .into_iter()
-        .map(|(runtime, c)| {
-            let group: Vec<&RequestRecord> =
-                records.iter().filter(|r| r.runtime == runtime && r.concurrency == c).collect();
-            let model = runtimes.iter().find(|t| t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
-            summarize_group(&runtime, model, c, &group)
+        .map(|key| {
+            let group: Vec<&RequestRecord> = measured.iter().copied().filter(|r| group_key(r) == key).collect();
+            let (runtime, c, _) = &key;
+            let model = runtimes.iter().find(|t| &t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
+            let mut row = summarize_group(runtime, model, *c, &group);
+            if let Some(arrival) = group.first().and_then(|r| r.arrival) {
+                open_loop_columns(&mut row, arrival.rate_rps, &group);
+            }
+            row
         })
         .collect()
+}
+
+/// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
+/// time from the first scheduled to the last sent), and the client's send lateness.
+fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option<f64>, group: &[&RequestRecord]) {
+    row.insert("request_rate".into(), rate.map_or(serde_json::json!("inf"), |r| serde_json::json!(r)));
+    let first = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+    let last = group.iter().filter_map(|r| r.sent_s).fold(f64::NEG_INFINITY, f64::max);
+    let achieved = (group.len() > 1 && last > first).then(|| (group.len() - 1) as f64 / (last - first));
+    row.insert("achieved_request_rate".into(), serde_json::json!(achieved));
+    let lateness: Vec<f64> = group.iter().filter_map(|r| r.lateness()).collect();
+    put(row, "send_lateness_s", &lateness);
+    row.insert("send_lateness_s_max".into(), serde_json::json!(lateness.iter().copied().reduce(f64::max)));
 }
 
 /// A server under test (the seed's `runtimes` entries).
@@ -272,7 +317,34 @@ pub struct Parameters {
     /// whole prompts in one step.
     #[serde(default)]
     pub server_chunk_size: Option<usize>,
+    /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<Arrivals>,
 }
+
+/// An open-loop load: one group per rate, each sent on its own schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arrivals {
+    /// Requests per second, one group per rate, in order; `null`: unbounded (every request at
+    /// once, or a closed pool under `max_concurrency`).
+    pub rates: Vec<Option<f64>>,
+    /// Shape of the gamma distribution of the gaps between arrivals: 1 is Poisson, below 1
+    /// burstier, above 1 more even.
+    pub burstiness: f64,
+    /// At most this many requests in flight; a slot refills as soon as a request ends.
+    pub max_concurrency: Option<usize>,
+    /// Requests per group (warm-up included); a group ends at this count or `duration_s`,
+    /// whichever comes first.
+    pub num_requests: Option<usize>,
+    /// Seconds over which a group's requests are sent.
+    pub duration_s: Option<f64>,
+    /// The first requests of each group, sent and recorded but left out of the summary.
+    pub warmup_requests: usize,
+}
+
+/// The fastest rate accepted, requests per second.
+pub const MAX_RATE: f64 = 1e6;
 
 fn batched() -> Policy {
     Policy::Batched
@@ -324,8 +396,71 @@ impl Parameters {
         if self.server_max_active == 0 {
             return Err(Invalid::new("server_max_active", "0; must be at least 1"));
         }
+        if let Some(a) = &self.arrivals {
+            a.validate()?;
+        }
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
+        }
+        Ok(())
+    }
+}
+
+impl Arrivals {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.rates.is_empty() {
+            return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)"));
+        }
+        if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
+            return Err(Invalid::new(
+                "arrivals.rates",
+                format!("{r}: a rate is above 0 and at most {MAX_RATE} requests/s"),
+            ));
+        }
+        if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
+            return Err(Invalid::new(
+                "arrivals.burstiness",
+                format!("{}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
+            ));
+        }
+        if self.warmup_requests > MAX_COUNT {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                format!("{} is more than {MAX_COUNT}", self.warmup_requests),
+            ));
+        }
+        for (name, v) in
+            [("arrivals.max_concurrency", self.max_concurrency), ("arrivals.num_requests", self.num_requests)]
+        {
+            if v.is_some_and(|v| v == 0 || v > MAX_COUNT) {
+                return Err(Invalid::new(name, format!("{}: must be in 1..={MAX_COUNT}", v.unwrap_or(0))));
+            }
+        }
+        if let Some(d) = self.duration_s {
+            if !(d.is_finite() && d > 0.0 && d <= MAX_TIMEOUT_S) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d}: must be above 0 and at most {MAX_TIMEOUT_S}"),
+                ));
+            }
+        }
+        if self.num_requests.is_none() && self.duration_s.is_none() {
+            return Err(Invalid::new(
+                "arrivals",
+                "unbounded; give num_requests (--num-requests) or duration_s (--duration)",
+            ));
+        }
+        if self.rates.contains(&None) && self.max_concurrency.is_none() && self.num_requests.is_none() {
+            return Err(Invalid::new(
+                "arrivals.num_requests",
+                "an unbounded rate without max_concurrency sends every request at once: give their number",
+            ));
+        }
+        if self.num_requests.is_some_and(|n| self.warmup_requests >= n) {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                "must be fewer than num_requests, or nothing is measured",
+            ));
         }
         Ok(())
     }

@@ -535,6 +535,66 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     assert!(report.first_reason().starts_with("summary[1].ttft_s_p50"), "{}", report.first_reason());
 }
 
+#[test]
+fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("open.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", "openai=embedded", "--request-rate", "40,inf", "--max-concurrency", "3"])
+        .args(["--num-requests", "12", "--warmup-requests", "2", "--max-tokens", "4", "--burstiness", "0.5"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    assert_eq!(a.requests.len(), 24);
+    assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests.iter().find(|r| !r.ok()));
+    for (rate, group) in [(Some(40.0), &a.requests[..12]), (None, &a.requests[12..])] {
+        for (i, r) in group.iter().enumerate() {
+            let arrival = r.arrival.unwrap();
+            assert_eq!((r.index, arrival.rate_rps, arrival.warmup), (i, rate, i < 2), "{r:?}");
+            assert!(r.scheduled_s <= r.sent_s.unwrap(), "{r:?}");
+        }
+    }
+    // The schedule at 40/s is the one its seed draws, to the microsecond.
+    let offsets = serving_bench::load::schedule(a.arguments.seed, 40.0, 0.5, 12, None);
+    for (r, o) in a.requests[..12].iter().zip(&offsets) {
+        assert!((r.scheduled_s - a.requests[0].scheduled_s - o).abs() < 1e-6, "{} vs {o}", r.scheduled_s);
+    }
+    // One summary row per rate, of the ten measured requests, with the client's lateness.
+    assert_eq!(a.summary.len(), 2);
+    for (row, rate) in a.summary.iter().zip([json!(40.0), json!("inf")]) {
+        assert_eq!((row["request_rate"].clone(), row["requests"].as_u64()), (rate, Some(10)), "{row:?}");
+        assert!(row["send_lateness_s_p99"].as_f64().is_some_and(|l| l >= 0.0), "{row:?}");
+    }
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    // The report labels the groups by rate and draws latency against throughput across them.
+    use common::experiment::Experiment;
+    let value: Value = common::artifact::read_artifact(&out).unwrap();
+    let section = serving_bench::ServingBench.report("open", "open", &value).unwrap();
+    assert!(section.markdown.contains("embedded-openai rate=40.0 max=3 |"), "{}", section.markdown);
+    let stems: Vec<&str> = section.charts.iter().map(|(stem, _)| stem.as_str()).collect();
+    assert!(stems.contains(&"sweep-ttft_s_p99") && stems.contains(&"sweep-tpot_s_p50"), "{stems:?}");
+
+    // A request moved off its schedule (sealed again) is named.
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let moved = v["requests"][5]["scheduled_s"].as_f64().unwrap() - 0.004;
+    v["requests"][5]["scheduled_s"] = json!(moved);
+    let map = v.as_object_mut().unwrap();
+    map.remove("seal");
+    let seal = common::artifact::seal(&Value::Object(map.clone()));
+    map.insert("seal".into(), serde_json::to_value(seal).unwrap());
+    let edited = tmp.path().join("edited.json");
+    std::fs::write(&edited, v.to_string()).unwrap();
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Wrong);
+    assert!(report.first_reason().starts_with("requests[5].scheduled_s"), "{}", report.first_reason());
+}
+
 /// Starts `serving-bench serve` with `args`; returns the child (its stdout still open) and the
 /// first line it printed.
 fn serve(models: &Path, args: &[&str]) -> (std::process::Child, String) {
@@ -628,7 +688,7 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=https://127.0.0.1:1"], "must start with http://"),
@@ -639,6 +699,10 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--first-token-timeout", "NaN"], "NaN: must be above 0"),
         (&["--connect-timeout", "soon"], "`soon` is not a number of seconds"),
         (&["--concurrency", "1,18446744073709551615"], "concurrency: 18446744073709551615 is more than"),
+        (&["--request-rate", "0"], "`0` is not a rate"),
+        (&["--request-rate", "5", "--burstiness", "0"], "arrivals.burstiness: 0"),
+        (&["--request-rate", "5", "--num-requests", "10", "--warmup-requests", "10"], "arrivals.warmup_requests"),
+        (&["--request-rate", "inf", "--duration", "5"], "arrivals.num_requests"),
     ];
     for (args, expected) in cases {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))

@@ -94,7 +94,7 @@ fn timeouts() -> Timeouts {
 async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
     let target = Target { name: "scripted".into(), kind, base_url: base, model: "m".into() };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
-    measure(&http_client(&t), &target, &spec, &t, Instant::now()).await
+    measure(&http_client(&t), &target, &spec, &t, Instant::now(), None).await
 }
 
 fn w(s: &str) -> Step {
@@ -133,7 +133,9 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
     assert!(!r.ok() && r.error_detail.is_some() && r.first_token_s.is_none());
     assert_eq!(r.finish_reason.as_deref(), Some("stop"));
     // The same for Ollama's NDJSON: a final object after no text.
-    let body = format!("{NDJSON_HEAD}{{\"message\":{{\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\"eval_count\":0}}\n");
+    let body = format!(
+        "{NDJSON_HEAD}{{\"message\":{{\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\"eval_count\":0}}\n"
+    );
     let r = run(Kind::Ollama, scripted(vec![w(&body)]).await, timeouts()).await;
     assert_eq!(r.error, Some(ErrorClass::EmptyStream), "{:?}", r.error_detail);
     // It is counted among the failures by its class, as the audit recomputes them.
