@@ -321,7 +321,10 @@ mod tests {
         assert_eq!(v["base_url"], "http://<redacted>@10.0.0.7:8000");
         assert_eq!(v["argv"][1], "openai=https://<redacted>@lb.example:443/v1?x=1");
         assert_eq!(v["argv"][2], "--target=ollama=http://<redacted>@h/");
-        assert_eq!(v["keep"], serde_json::json!(["http://10.0.0.7:8000/v1", "user@host", "mailto:a@b", "http://h/a@b"]));
+        assert_eq!(
+            v["keep"],
+            serde_json::json!(["http://10.0.0.7:8000/v1", "user@host", "mailto:a@b", "http://h/a@b"])
+        );
         // Redacting twice changes nothing (the audit re-reads redacted command lines).
         let once = v.clone();
         r.redact(&mut v);

@@ -58,7 +58,7 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
             }
         }
     }
-    let fresh = crate::serving::summarize_all(&artifact.runtimes, &artifact.requests);
+    let fresh = crate::serving::summarize_all(&artifact.arguments, &artifact.runtimes, &artifact.requests);
     for i in 0..fresh.len().max(artifact.summary.len()) {
         match (fresh.get(i), artifact.summary.get(i)) {
             (Some(a), Some(b)) if a == b => {}

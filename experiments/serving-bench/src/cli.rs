@@ -154,6 +154,26 @@ pub struct BenchArgs {
     /// The first requests of each open-loop group, recorded but left out of the summary [default: 0].
     #[arg(long)]
     pub warmup_requests: Option<usize>,
+    /// Percentiles to report beside p50, p95 and p99, comma-separated, e.g. 90,99.9 [default: the manifest's].
+    #[arg(long, value_delimiter = ',')]
+    pub percentiles: Vec<f64>,
+    /// A service-level objective in milliseconds, METRIC=MS with METRIC ttft_ms, tpot_ms or e2e_ms
+    /// (repeatable): the summary gives the share of requests that met all, and the goodput
+    /// [default: the manifest's].
+    #[arg(long, value_name = "METRIC=MS", value_parser = slo)]
+    pub slo: Vec<(String, f64)>,
+}
+
+/// An `--slo` value that is not METRIC=MS.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not METRIC=MS, e.g. ttft_ms=500")]
+pub struct SloError(String);
+
+/// `METRIC=MS`; the metric's name is checked with the other parameters.
+pub fn slo(s: &str) -> Result<(String, f64), SloError> {
+    let (metric, ms) = s.split_once('=').ok_or_else(|| SloError(s.to_string()))?;
+    let ms: f64 = ms.trim().parse().map_err(|_| SloError(s.to_string()))?;
+    Ok((metric.trim().to_string(), ms))
 }
 
 /// An open-loop rate: requests per second, or `None` for unbounded (`inf`).
@@ -211,6 +231,12 @@ impl BenchArgs {
         if let Some(v) = args.timeout {
             p.total_timeout_s = v
         }
+        if !args.percentiles.is_empty() {
+            p.percentiles = args.percentiles.clone();
+        }
+        if !args.slo.is_empty() {
+            p.slo = args.slo.iter().cloned().collect();
+        }
         let open = !args.request_rate.is_empty()
             || args.burstiness.is_some()
             || args.max_concurrency.is_some()
@@ -251,6 +277,7 @@ impl BenchArgs {
             "request_rate": self.request_rate.iter().map(|r| r.0.map_or(json!("inf"), |v| json!(v))).collect::<Vec<_>>(),
             "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
+            "percentiles": self.percentiles, "slo": self.slo,
         })
     }
 }
@@ -272,6 +299,8 @@ pub fn seed_parameters() -> Parameters {
         server_policy: Policy::Batched,
         server_chunk_size: None,
         arrivals: None,
+        percentiles: Vec::new(),
+        slo: Default::default(),
     }
 }
 

@@ -313,8 +313,8 @@ async fn bench(args: BenchArgs) -> Result<()> {
             machine: provenance.host.arch.clone(),
             rust: provenance.build.rustc.clone(),
         },
+        summary: serving::summarize_all(&params, &runtimes, &records),
         arguments: params,
-        summary: serving::summarize_all(&runtimes, &records),
         runtimes,
         versions,
         model_metadata,
@@ -342,16 +342,30 @@ fn print_table(a: &ServingArtifact) {
     };
     let open = a.arguments.arrivals.is_some();
     let (group, late) = if open { ("rate", "late p99") } else { ("conc", "") };
+    let slo = !a.arguments.slo.is_empty();
     println!(
-        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>9}",
-        "runtime", group, "ok", "fail", "ttft p50", "ttft p95", "total p50", "decode t/s", "aggr t/s", late
+        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>9} {:>8} {:>9}",
+        "runtime",
+        group,
+        "ok",
+        "fail",
+        "ttft p50",
+        "ttft p95",
+        "total p50",
+        "decode t/s",
+        "aggr t/s",
+        late,
+        if slo { "SLO met" } else { "" },
+        if slo && open { "goodput/s" } else { "" }
     );
     for row in &a.summary {
         let lateness = if open { format!("{}ms", f(row, "send_lateness_s_p99", 1000.0)) } else { String::new() };
         let group =
             if open { row["request_rate"].to_string().replace('"', "") } else { row["concurrency"].to_string() };
+        let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
+        let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         println!(
-            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>9}",
+            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>9} {:>8} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
             group,
             row["successes"].to_string(),
@@ -362,6 +376,8 @@ fn print_table(a: &ServingArtifact) {
             f(row, "decode_tps_mean", 1.0),
             f(row, "aggregate_output_tps_mean", 1.0),
             lateness,
+            met,
+            goodput,
         );
     }
 }

@@ -132,7 +132,9 @@ pub(crate) fn compare(a: &Value, b: &Value) -> Vec<CompareRow> {
     // Groups pair by concurrency level and rate, in order (runtimes differ in name across machines).
     for (la, ra) in &ga {
         let c = (ra.get("concurrency"), ra.get("request_rate"));
-        let Some((lb, rb)) = gb.iter().find(|(_, r)| (r.get("concurrency"), r.get("request_rate")) == c) else { continue };
+        let Some((lb, rb)) = gb.iter().find(|(_, r)| (r.get("concurrency"), r.get("request_rate")) == c) else {
+            continue;
+        };
         for (k, label, scale, _) in SERVING_COLUMNS {
             rows.push((
                 format!("{la} vs {lb}: {label}"),

@@ -142,7 +142,7 @@ impl RequestRecord {
         (decode > 0.0).then(|| n as f64 / decode)
     }
 
-    pub(crate) fn tpot(&self) -> Option<f64> {
+    pub fn tpot(&self) -> Option<f64> {
         let (n, _) = self.output_tokens();
         (n > 1).then(|| (self.total() - self.ttft().unwrap_or(0.0)) / (n - 1) as f64).filter(|_| self.ttft().is_some())
     }
@@ -242,8 +242,13 @@ fn group_key(r: &RequestRecord) -> GroupKey {
 }
 
 /// Summaries of every (runtime, concurrency, rate) group, in the order the groups first appear;
-/// an open-loop group's warm-up requests are left out.
-pub fn summarize_all(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<BTreeMap<String, serde_json::Value>> {
+/// an open-loop group's warm-up requests are left out. `params` adds the percentiles and SLOs
+/// it asks for.
+pub fn summarize_all(
+    params: &Parameters,
+    runtimes: &[Runtime],
+    records: &[RequestRecord],
+) -> Vec<BTreeMap<String, serde_json::Value>> {
     let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)).collect();
     let mut order: Vec<GroupKey> = Vec::new();
     for r in &measured {
@@ -259,12 +264,66 @@ pub fn summarize_all(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<BTr
             let (runtime, c, _) = &key;
             let model = runtimes.iter().find(|t| &t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
             let mut row = summarize_group(runtime, model, *c, &group);
-            if let Some(arrival) = group.first().and_then(|r| r.arrival) {
+            let open = group.first().and_then(|r| r.arrival);
+            extra_percentiles(&mut row, &params.percentiles, &group);
+            if !params.slo.is_empty() {
+                slo_columns(&mut row, &params.slo, &group, open.is_some());
+            }
+            if let Some(arrival) = open {
                 open_loop_columns(&mut row, arrival.rate_rps, &group);
             }
             row
         })
         .collect()
+}
+
+/// `<metric>_p<P>` for each percentile asked beyond the seed's p50, p95 and p99, of the
+/// successful requests' TTFT, TPOT, total latency and chunk gaps.
+fn extra_percentiles(row: &mut BTreeMap<String, serde_json::Value>, percentiles: &[f64], group: &[&RequestRecord]) {
+    let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
+    let sorted = |mut v: Vec<f64>| {
+        v.retain(|x| x.is_finite());
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let metrics = [
+        ("ttft_s", sorted(ok.iter().filter_map(|r| r.ttft()).collect())),
+        ("tpot_s", sorted(ok.iter().filter_map(|r| r.tpot()).collect())),
+        ("total_s", sorted(ok.iter().map(|r| r.total()).collect())),
+        ("chunk_gap_s", sorted(ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect())),
+    ];
+    for p in percentiles.iter().filter(|p| ![50.0, 95.0, 99.0].contains(*p)) {
+        for (metric, values) in &metrics {
+            let value = common::stats::percentile_sorted(values, *p);
+            row.insert(format!("{metric}_p{p}"), serde_json::json!(value));
+        }
+    }
+}
+
+/// The SLO columns: how many requests met every objective (a failure meets none), their share,
+/// and for an open loop the goodput, those requests per second of the group's window (from its
+/// first scheduled request to its last end).
+fn slo_columns(
+    row: &mut BTreeMap<String, serde_json::Value>,
+    slo: &BTreeMap<String, f64>,
+    group: &[&RequestRecord],
+    open: bool,
+) {
+    let meets = |r: &RequestRecord| {
+        r.ok()
+            && slo.iter().all(|(name, bound_ms)| {
+                let read = SLO_METRICS.iter().find(|(m, _)| m == name).map(|(_, read)| read);
+                read.and_then(|read| read(r)).is_some_and(|v| v * 1000.0 <= *bound_ms)
+            })
+    };
+    let met = group.iter().filter(|r| meets(r)).count();
+    row.insert("slo_met".into(), serde_json::json!(met));
+    row.insert("slo_met_share".into(), serde_json::json!((!group.is_empty()).then(|| met as f64 / group.len() as f64)));
+    if open {
+        let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+        let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
+        row.insert("goodput_rps".into(), serde_json::json!((end > start).then(|| met as f64 / (end - start))));
+    }
 }
 
 /// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
@@ -320,7 +379,19 @@ pub struct Parameters {
     /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<Arrivals>,
+    /// Percentiles reported beside the seed's p50, p95 and p99 (e.g. 90, 99.9).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub percentiles: Vec<f64>,
+    /// Service-level objectives in milliseconds, by metric (`ttft_ms`, `tpot_ms`, `e2e_ms`): a
+    /// request meets them when it succeeded and is within every one; the summary gives the share
+    /// that did and, for an open loop, the goodput (such requests per second).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slo: BTreeMap<String, f64>,
 }
+
+/// The metrics an SLO may bound, with how each is read from a request (seconds).
+pub const SLO_METRICS: [(&str, fn(&RequestRecord) -> Option<f64>); 3] =
+    [("ttft_ms", RequestRecord::ttft), ("tpot_ms", RequestRecord::tpot), ("e2e_ms", |r| Some(r.total()))];
 
 /// An open-loop load: one group per rate, each sent on its own schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -398,6 +469,21 @@ impl Parameters {
         }
         if let Some(a) = &self.arrivals {
             a.validate()?;
+        }
+        if let Some(p) = self.percentiles.iter().find(|p| !(p.is_finite() && **p > 0.0 && **p <= 100.0)) {
+            return Err(Invalid::new("percentiles", format!("{p}: a percentile is above 0 and at most 100")));
+        }
+        for (name, bound) in &self.slo {
+            if !SLO_METRICS.iter().any(|(m, _)| m == name) {
+                let known: Vec<&str> = SLO_METRICS.iter().map(|(m, _)| *m).collect();
+                return Err(Invalid::new(
+                    format!("slo.{name}"),
+                    format!("not a metric with an SLO; known: {}", known.join(", ")),
+                ));
+            }
+            if !(bound.is_finite() && *bound > 0.0 && *bound <= MAX_TIMEOUT_S * 1000.0) {
+                return Err(Invalid::new(format!("slo.{name}"), format!("{bound}: milliseconds above 0")));
+            }
         }
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
@@ -553,7 +639,33 @@ mod tests {
             ollama_prompt_eval_duration_ns: None,
             chunks: tokens,
             chunk_gaps_s: vec![0.1; tokens as usize - 1],
+            arrival: None,
         }
+    }
+
+    #[test]
+    fn slos_count_the_requests_within_every_bound_and_goodput_is_those_per_second() {
+        // TTFT 0.5 s and TPOT 0.2 s; TTFT 0.1 s and TPOT 0.39 s; TTFT 0.2 s, failed.
+        let a = rec(0, 0.0, 0.5, 2.5, 11);
+        let b = rec(0, 1.0, 1.1, 5.0, 11);
+        let mut c = rec(0, 2.0, 2.2, 4.0, 11);
+        c.error = Some(ErrorClass::TruncatedStream);
+        let slo = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let mut row = BTreeMap::new();
+        slo_columns(&mut row, &slo(&[("ttft_ms", 300.0)]), &[&a, &b, &c], true);
+        assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(1), Some(1.0 / 3.0)));
+        // One good request over the window from 0 s to 5 s.
+        assert_eq!(row["goodput_rps"].as_f64(), Some(0.2));
+        slo_columns(&mut row, &slo(&[("ttft_ms", 600.0), ("tpot_ms", 250.0)]), &[&a, &b, &c], false);
+        assert_eq!(row["slo_met"].as_u64(), Some(1));
+        slo_columns(&mut row, &slo(&[("e2e_ms", 10_000.0)]), &[&a, &b, &c], false);
+        assert_eq!(row["slo_met"].as_u64(), Some(2));
+        // Extra percentiles beside the seed's.
+        let mut row = BTreeMap::new();
+        extra_percentiles(&mut row, &[90.0, 99.0], &[&a, &b]);
+        // TTFTs 0.1 s and 0.5 s: p90 interpolates to 0.46 s.
+        assert!(row["ttft_s_p90"].as_f64().is_some_and(|p| (p - 0.46).abs() < 1e-12), "{row:?}");
+        assert!(!row.contains_key("ttft_s_p99"), "p99 is among the seed's columns already");
     }
 
     #[test]

@@ -509,7 +509,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
         assert!(r.scheduled_s <= r.sent_s.unwrap() && r.first_token_s.unwrap() <= r.end_s);
     }
     // The summary is exactly what the records say.
-    assert_eq!(a.summary, serving_bench::serving::summarize_all(&a.runtimes, &a.requests));
+    assert_eq!(a.summary, serving_bench::serving::summarize_all(&a.arguments, &a.runtimes, &a.requests));
     let ollama = a.summary.iter().find(|row| row["runtime"] == "embedded-ollama" && row["concurrency"] == 4).unwrap();
     assert_eq!((ollama["requests"].as_u64(), ollama["successes"].as_u64()), (Some(12), Some(12)));
     assert!(ollama["prompt_tps_mean"].as_f64().unwrap() > 0.0, "Ollama's counters give prefill speed");
@@ -544,6 +544,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         .env("LAB_MODELS_DIR", tmp.path().join("models"))
         .args(["--target", "openai=embedded", "--request-rate", "40,inf", "--max-concurrency", "3"])
         .args(["--num-requests", "12", "--warmup-requests", "2", "--max-tokens", "4", "--burstiness", "0.5"])
+        .args(["--slo", "ttft_ms=60000", "--slo", "tpot_ms=60000", "--percentiles", "90"])
         .args(["--out", out.to_str().unwrap()])
         .output()
         .unwrap();
@@ -568,6 +569,9 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     for (row, rate) in a.summary.iter().zip([json!(40.0), json!("inf")]) {
         assert_eq!((row["request_rate"].clone(), row["requests"].as_u64()), (rate, Some(10)), "{row:?}");
         assert!(row["send_lateness_s_p99"].as_f64().is_some_and(|l| l >= 0.0), "{row:?}");
+        // Generous SLOs: every request meets them; goodput is then every request per second.
+        assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(10), Some(1.0)), "{row:?}");
+        assert!(row["goodput_rps"].as_f64().is_some_and(|g| g > 0.0) && row["ttft_s_p90"].is_number(), "{row:?}");
     }
     let ws = common::workspace::Workspace { root: root() };
     let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);

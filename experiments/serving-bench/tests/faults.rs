@@ -145,7 +145,11 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
         base_url: String::new(),
         model: "m".into(),
     }];
-    let summary = serving_bench::serving::summarize_all(&runtimes, std::slice::from_ref(&r));
+    let summary = serving_bench::serving::summarize_all(
+        &serving_bench::cli::seed_parameters(),
+        &runtimes,
+        std::slice::from_ref(&r),
+    );
     assert_eq!(summary[0]["failures_by_class"]["empty_stream"], 1, "{:?}", summary[0]);
 }
 
