@@ -61,7 +61,7 @@ mkdir -p artifacts/bench
 # The same two servers under open-loop load: Poisson arrivals at each rate in turn, the servers
 # taking turns per rate, latency against achieved throughput in one artifact.
 ./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
-  --request-rate 0.25,0.5,1,2 --num-requests 16 --warmup-requests 2 --max-tokens 64 \
+  --request-rate 0.25,0.5,1,2 --num-requests 16 --warmup-requests 2 --max-tokens 64 --slo ttft_ms=2000 \
   --out "artifacts/bench/serving-sweep-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # The client holding its schedule: 500 requests/s (Poisson) against the embedded server on the

@@ -179,11 +179,23 @@ fn is_secret_name(name: &str) -> bool {
     ["TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH"].iter().any(|w| upper.contains(w))
 }
 
+/// Values this process was given as secrets (an API key from a variable of any name, a header's
+/// credentials): every artifact it writes has them redacted, like the environment's.
+static KEPT_SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Redacts `value` from every artifact this process writes from now on.
+pub fn keep_secret(value: &str) {
+    if !value.is_empty() {
+        KEPT_SECRETS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(value.to_string());
+    }
+}
+
 impl Redactor {
     pub fn from_env() -> Self {
         let home = std::env::var("HOME").ok().map(|h| h.trim_end_matches('/').to_string()).filter(|h| h.len() > 1);
         let mut secrets: Vec<String> =
             std::env::vars().filter(|(k, v)| is_secret_name(k) && v.len() >= 6).map(|(_, v)| v).collect();
+        secrets.extend(KEPT_SECRETS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().cloned());
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         Redactor { home, secrets }

@@ -56,9 +56,14 @@ fn main() {
             idle: Duration::from_secs(60),
             total: Duration::from_secs(300),
         };
-        let http = http_client(&timeouts);
-        let target =
-            Target { name: "embedded".into(), kind: Kind::OpenAi, base_url: base.clone(), model: "tiny".into() };
+        let http = http_client(&timeouts, Default::default(), false);
+        let target = Target {
+            name: "embedded".into(),
+            kind: Kind::OpenAi,
+            base_url: base.clone(),
+            model: "tiny".into(),
+            options: Default::default(),
+        };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let probe_stop = stop.clone();
         let idle = probe(None, Duration::from_millis(300)).await;

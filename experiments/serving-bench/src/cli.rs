@@ -154,6 +154,24 @@ pub struct BenchArgs {
     /// The first requests of each open-loop group, recorded but left out of the summary [default: 0].
     #[arg(long)]
     pub warmup_requests: Option<usize>,
+    /// OpenAI endpoint: chat (`/v1/chat/completions`) or completions (`/v1/completions`)
+    /// [default: the manifest's, else chat].
+    #[arg(long, value_enum)]
+    pub endpoint: Option<serving::Endpoint>,
+    /// Ask servers to ignore end-of-sequence (vLLM's `ignore_eos`), so answers reach --max-tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// A header added to every request, NAME:VALUE (repeatable). Values of credential-like
+    /// headers (authorization, cookie, or names with key, token, secret or auth) are never recorded.
+    #[arg(long, value_name = "NAME:VALUE")]
+    pub header: Vec<String>,
+    /// The variable holding an API key, sent as `Authorization: Bearer` [default: OPENAI_API_KEY
+    /// when set]. The key is never recorded; the artifact says only that one was sent.
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Skip TLS certificate verification for https targets (recorded in the artifact).
+    #[arg(long)]
+    pub insecure: bool,
     /// Percentiles to report beside p50, p95 and p99, comma-separated, e.g. 90,99.9 [default: the manifest's].
     #[arg(long, value_delimiter = ',')]
     pub percentiles: Vec<f64>,
@@ -231,6 +249,11 @@ impl BenchArgs {
         if let Some(v) = args.timeout {
             p.total_timeout_s = v
         }
+        if let Some(e) = args.endpoint {
+            p.endpoint = e;
+        }
+        p.ignore_eos |= args.ignore_eos;
+        p.tls_insecure |= args.insecure;
         if !args.percentiles.is_empty() {
             p.percentiles = args.percentiles.clone();
         }
@@ -277,7 +300,8 @@ impl BenchArgs {
             "request_rate": self.request_rate.iter().map(|r| r.0.map_or(json!("inf"), |v| json!(v))).collect::<Vec<_>>(),
             "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
-            "percentiles": self.percentiles, "slo": self.slo,
+            "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
+            "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure,
         })
     }
 }
@@ -299,6 +323,9 @@ pub fn seed_parameters() -> Parameters {
         server_policy: Policy::Batched,
         server_chunk_size: None,
         arrivals: None,
+        endpoint: serving::Endpoint::Chat,
+        ignore_eos: false,
+        tls_insecure: false,
         percentiles: Vec::new(),
         slo: Default::default(),
     }

@@ -2,7 +2,7 @@
 //! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
 //! a panic or a lost run.
 
-use crate::serving::{ErrorClass, RequestRecord};
+use crate::serving::{Endpoint, ErrorClass, RequestRecord};
 use crate::stream::{Event, NdjsonParser, SseParser};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -55,6 +55,17 @@ pub struct Target {
     pub kind: Kind,
     pub base_url: String,
     pub model: String,
+    pub options: RequestOptions,
+}
+
+/// How each request to a target is made, beyond its prompt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestOptions {
+    /// OpenAI's chat or text completions (Ollama's chat either way).
+    pub endpoint: Endpoint,
+    /// Ask the server to ignore end-of-sequence so answers reach `max_tokens` (vLLM's
+    /// `ignore_eos`, which the embedded server takes too; Ollama has none).
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -77,12 +88,70 @@ pub struct Spec<'a> {
     pub seed: u64,
 }
 
-pub fn http_client(timeouts: &Timeouts) -> reqwest::Client {
+/// Why the headers to send could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("--header {0}: write NAME:VALUE with a valid header name and value")]
+    Malformed(String),
+    #[error("--api-key-env {0}: the variable is not set")]
+    NoKey(String),
+    #[error("--api-key-env {0}: the key cannot be a header value")]
+    BadKey(String),
+}
+
+/// The headers every request carries: each `NAME:VALUE` of `specs`, and `Authorization: Bearer`
+/// with the API key from the variable `api_key_env` (default `OPENAI_API_KEY`, when set) unless
+/// a header gives one. Credential values (authorization, cookie, names with key, token, secret
+/// or auth, and the key) are kept from every artifact (`artifact::keep_secret`); the second value
+/// lists the headers' names, which the artifact records.
+pub fn request_headers(
+    specs: &[String],
+    api_key_env: Option<&str>,
+) -> Result<(reqwest::header::HeaderMap, Vec<String>), HeaderError> {
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+    let mut headers = HeaderMap::new();
+    for spec in specs {
+        let malformed = || HeaderError::Malformed(spec.clone());
+        let (name, value) = spec.split_once(':').ok_or_else(malformed)?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| malformed())?;
+        let value = value.trim();
+        let lower = name.as_str();
+        if ["authorization", "proxy-authorization", "cookie"].contains(&lower)
+            || ["key", "token", "secret", "auth"].iter().any(|w| lower.contains(w))
+        {
+            common::artifact::keep_secret(value);
+        }
+        headers.append(name, HeaderValue::from_str(value).map_err(|_| malformed())?);
+    }
+    let variable = api_key_env.unwrap_or("OPENAI_API_KEY");
+    match std::env::var(variable) {
+        Ok(key) if !key.is_empty() => {
+            common::artifact::keep_secret(&key);
+            if !headers.contains_key(AUTHORIZATION) {
+                let value = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| HeaderError::BadKey(variable.to_string()))?;
+                headers.insert(AUTHORIZATION, value);
+            }
+        }
+        _ if api_key_env.is_some() => return Err(HeaderError::NoKey(variable.to_string())),
+        _ => {}
+    }
+    let mut names: Vec<String> = headers.keys().map(|k| k.as_str().to_string()).collect();
+    names.dedup();
+    Ok((headers, names))
+}
+
+/// The client every request of a run goes through: `headers` on every request (metadata and
+/// discovery included), TLS against the system's roots unless `insecure`.
+pub fn http_client(timeouts: &Timeouts, headers: reqwest::header::HeaderMap, insecure: bool) -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(timeouts.connect)
         .pool_max_idle_per_host(1024)
+        .default_headers(headers)
+        .danger_accept_invalid_certs(insecure)
         .build()
-        .expect("an HTTP client without TLS builds")
+        // Only a TLS backend that cannot start fails here, and ours is compiled in.
+        .expect("an HTTP client with rustls builds")
 }
 
 fn url(base: &str, path: &str) -> String {
@@ -147,11 +216,24 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
 fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
     let messages = json!([{"role": "user", "content": spec.prompt}]);
     match target.kind {
-        Kind::OpenAi => (
-            url(&target.base_url, "/v1/chat/completions"),
-            json!({"model": target.model, "messages": messages, "max_tokens": spec.max_tokens, "stream": true,
-                   "stream_options": {"include_usage": true}, "seed": spec.seed, "temperature": 0}),
-        ),
+        Kind::OpenAi => {
+            let mut body = json!({"model": target.model, "max_tokens": spec.max_tokens, "stream": true,
+                   "stream_options": {"include_usage": true}, "seed": spec.seed, "temperature": 0});
+            if target.options.ignore_eos {
+                body["ignore_eos"] = json!(true);
+            }
+            let path = match target.options.endpoint {
+                Endpoint::Chat => {
+                    body["messages"] = messages;
+                    "/v1/chat/completions"
+                }
+                Endpoint::Completions => {
+                    body["prompt"] = json!(spec.prompt);
+                    "/v1/completions"
+                }
+            };
+            (url(&target.base_url, path), body)
+        }
         Kind::Ollama => (
             url(&target.base_url, "/api/chat"),
             json!({"model": target.model, "messages": messages, "stream": true,

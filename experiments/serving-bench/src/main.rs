@@ -96,11 +96,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
         let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
         if url == "embedded" {
             specs.push((kind, None));
-        } else if url.starts_with("http://") {
+        } else if url.starts_with("http://") || url.starts_with("https://") {
             specs.push((kind, Some(url.trim_end_matches('/').to_string())));
         } else {
-            // The client is built without TLS: the servers it measures run locally.
-            bail!("--target {spec}: the URL must start with http:// (this client speaks plain HTTP only), or be `embedded`");
+            bail!("--target {spec}: the URL must start with http:// or https://, or be `embedded`");
         }
     }
     if specs.is_empty() {
@@ -128,7 +127,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         idle: Duration::from_secs_f64(params.idle_timeout_s),
         total: Duration::from_secs_f64(params.total_timeout_s),
     };
-    let http = client::http_client(&timeouts);
+    let (headers, sent_headers) = client::request_headers(&args.header, args.api_key_env.as_deref())?;
+    let http = client::http_client(&timeouts, headers, params.tls_insecure);
+    let options = client::RequestOptions { endpoint: params.endpoint, ignore_eos: params.ignore_eos };
 
     let mut embedded_server = None;
     if let (true, Some(prepared)) = (embedded, prepared.as_ref()) {
@@ -150,6 +151,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 kind: *kind,
                 base_url: format!("http://{}", running.addr),
                 model: model_name(&prepared.resolved),
+                options,
             },
             (Some(url), _, _) => {
                 let model = match &args.model_name {
@@ -159,7 +161,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                         .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
                 };
                 let name = if external > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
-                Target { name, kind: *kind, base_url: url.clone(), model }
+                Target { name, kind: *kind, base_url: url.clone(), model, options }
             }
             _ => unreachable!("an embedded target starts the embedded server"),
         };
@@ -322,6 +324,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         measurement_notes: serving::measurement_notes(),
         completed_at: common::provenance::now_utc(),
         requests: records,
+        sent_headers,
         provenance,
     };
     let path = match (&args.model.out, &prepared) {

@@ -379,6 +379,15 @@ pub struct Parameters {
     /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<Arrivals>,
+    /// OpenAI's endpoint: chat completions (the seed's) or text completions.
+    #[serde(default, skip_serializing_if = "Endpoint::is_chat")]
+    pub endpoint: Endpoint,
+    /// Ask servers to ignore end-of-sequence, so every answer reaches `max_tokens`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_eos: bool,
+    /// TLS certificates were not verified (`--insecure`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls_insecure: bool,
     /// Percentiles reported beside the seed's p50, p95 and p99 (e.g. 90, 99.9).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub percentiles: Vec<f64>,
@@ -392,6 +401,23 @@ pub struct Parameters {
 /// The metrics an SLO may bound, with how each is read from a request (seconds).
 pub const SLO_METRICS: [(&str, fn(&RequestRecord) -> Option<f64>); 3] =
     [("ttft_ms", RequestRecord::ttft), ("tpot_ms", RequestRecord::tpot), ("e2e_ms", |r| Some(r.total()))];
+
+/// Which OpenAI endpoint requests go to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `/v1/chat/completions`, the prompt as one user message.
+    #[default]
+    Chat,
+    /// `/v1/completions`, the prompt as text.
+    Completions,
+}
+
+impl Endpoint {
+    fn is_chat(&self) -> bool {
+        *self == Endpoint::Chat
+    }
+}
 
 /// An open-loop load: one group per rate, each sent on its own schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -579,6 +605,10 @@ pub struct ServingArtifact {
     pub completed_at: String,
     pub summary: Vec<BTreeMap<String, serde_json::Value>>,
     pub requests: Vec<RequestRecord>,
+    /// The names of the headers added to every request (`authorization` when an API key was
+    /// sent); never their values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_headers: Vec<String>,
     pub provenance: Provenance,
 }
 

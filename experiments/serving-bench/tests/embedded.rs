@@ -692,10 +692,12 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
-        (&["--target", "openai=https://127.0.0.1:1"], "must start with http://"),
+        (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
+        (&["--header", "no-colon-here"], "--header no-colon-here: write NAME:VALUE"),
+        (&["--api-key-env", "SERVING_BENCH_SURELY_UNSET"], "the variable is not set"),
         (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
         (&["--timeout=-1"], "--timeout <TIMEOUT>': -1: must be above 0"),
         (&["--timeout=1e19"], "at most 604800"),

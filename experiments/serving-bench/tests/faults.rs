@@ -3,8 +3,8 @@
 //! inference server cannot be made to do on demand. Every fault must end as a classified failure
 //! (never a panic, never a lost record), and a clean stream in one-byte reads must succeed.
 
-use serving_bench::client::{http_client, measure, Kind, Spec, Target, Timeouts};
-use serving_bench::serving::{ErrorClass, RequestRecord};
+use serving_bench::client::{http_client, measure, request_headers, Kind, RequestOptions, Spec, Target, Timeouts};
+use serving_bench::serving::{Endpoint, ErrorClass, RequestRecord};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -92,9 +92,10 @@ fn timeouts() -> Timeouts {
 }
 
 async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
-    let target = Target { name: "scripted".into(), kind, base_url: base, model: "m".into() };
+    let target =
+        Target { name: "scripted".into(), kind, base_url: base, model: "m".into(), options: Default::default() };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
-    measure(&http_client(&t), &target, &spec, &t, Instant::now(), None).await
+    measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await
 }
 
 fn w(s: &str) -> Step {
@@ -162,6 +163,89 @@ async fn credentials_in_a_target_url_are_sent_as_basic_auth() {
     let request = String::from_utf8(seen.await.unwrap()).unwrap().to_ascii_lowercase();
     // base64("alice:s3cret")
     assert!(request.contains("authorization: basic ywxpy2u6cznjcmv0"), "{request}");
+}
+
+#[tokio::test]
+async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_sent_and_kept_secret() {
+    // SAFETY of set_var: no other test reads this variable.
+    std::env::set_var("SERVING_BENCH_TEST_CREDENTIAL", "abc123xyz");
+    let specs = ["X-Bench: one".to_string(), "X-Api-Token: tok-987".to_string()];
+    let (headers, names) = request_headers(&specs, Some("SERVING_BENCH_TEST_CREDENTIAL")).unwrap();
+    assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
+    let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
+    let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true };
+    let target = Target { name: "scripted".into(), kind: Kind::OpenAi, base_url: base, model: "m".into(), options };
+    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    let t = timeouts();
+    let r = measure(&http_client(&t, headers, false), &target, &spec, &t, Instant::now(), None).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    let request = String::from_utf8(seen.await.unwrap()).unwrap();
+    let lower = request.to_ascii_lowercase();
+    assert!(request.starts_with("POST /v1/completions "), "{request}");
+    for line in ["authorization: bearer abc123xyz", "x-bench: one", "x-api-token: tok-987"] {
+        assert!(lower.contains(line), "{line} not sent: {request}");
+    }
+    assert!(request.contains("\"prompt\":\"hi\"") && request.contains("\"ignore_eos\":true"), "{request}");
+    // The credentials are kept from artifacts; the plain header is not a secret.
+    let redacted = common::artifact::Redactor::from_env().redact_str("abc123xyz tok-987 one");
+    assert_eq!(redacted, "<redacted> <redacted> one");
+    // A variable named but unset is an error, not a silent run without the key.
+    let err = request_headers(&[], Some("SERVING_BENCH_TEST_UNSET")).unwrap_err();
+    assert_eq!(err.to_string(), "--api-key-env SERVING_BENCH_TEST_UNSET: the variable is not set");
+    assert!(request_headers(&["no colon".into()], None).is_err());
+}
+
+/// A TLS server with a fresh self-signed certificate, answering each of `connections` with the
+/// good stream; a real server cannot be given an untrusted certificate on demand.
+async fn tls_server(connections: usize) -> String {
+    use tokio_rustls::rustls;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..connections {
+            let (sock, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // An unverified client hangs up during the handshake: nothing to answer.
+                let Ok(mut tls) = acceptor.accept(sock).await else { return };
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut seen = Vec::new();
+                while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tls.write_all(good_sse().as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    format!("https://127.0.0.1:{}", addr.port())
+}
+
+#[tokio::test]
+async fn https_verifies_certificates_unless_told_not_to() {
+    let base = tls_server(2).await;
+    let target =
+        Target { name: "tls".into(), kind: Kind::OpenAi, base_url: base, model: "m".into(), options: Default::default() };
+    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    let t = timeouts();
+    let verified = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
+    assert_eq!(verified.error, Some(ErrorClass::Connect), "{:?}", verified.error_detail);
+    assert!(verified.error_detail.unwrap().to_lowercase().contains("certificate"));
+    let insecure = measure(&http_client(&t, Default::default(), true), &target, &spec, &t, Instant::now(), None).await;
+    assert_eq!(insecure.error, None, "{:?}", insecure.error_detail);
+    assert_eq!(insecure.chunks, 2);
 }
 
 #[tokio::test]
