@@ -172,6 +172,10 @@ pub struct BenchArgs {
     /// Skip TLS certificate verification for https targets (recorded in the artifact).
     #[arg(long)]
     pub insecure: bool,
+    /// Also write the result as CSV (one row per request) or in vLLM's `--save-result` JSON shape
+    /// (one file per group), beside the artifact (repeatable).
+    #[arg(long, value_enum)]
+    pub export: Vec<crate::export::Format>,
     /// Percentiles to report beside p50, p95 and p99, comma-separated, e.g. 90,99.9 [default: the manifest's].
     #[arg(long, value_delimiter = ',')]
     pub percentiles: Vec<f64>,
@@ -302,6 +306,7 @@ impl BenchArgs {
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
             "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure,
+            "export": self.export.iter().map(|f| format!("{f:?}").to_lowercase()).collect::<Vec<_>>(),
         })
     }
 }

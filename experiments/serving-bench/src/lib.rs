@@ -10,6 +10,7 @@
 mod checks;
 pub mod cli;
 pub mod client;
+pub mod export;
 pub mod load;
 mod report;
 pub mod server;

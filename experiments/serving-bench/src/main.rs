@@ -333,6 +333,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
         (None, None) => common::artifact::default_path(&ws.artifacts_dir(), EXPERIMENT, "external", &clock.run_id),
     };
     common::artifact::write_new(&path, &artifact)?;
+    for format in &args.export {
+        for file in serving_bench::export::write(&artifact, &path, *format)? {
+            println!("export: {}", ws.display_path(&file));
+        }
+    }
     print_table(&artifact);
     print_comparison(&artifact);
     println!("artifact: {}", ws.display_path(&path));

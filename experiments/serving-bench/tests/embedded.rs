@@ -545,6 +545,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         .args(["--target", "openai=embedded", "--request-rate", "40,inf", "--max-concurrency", "3"])
         .args(["--num-requests", "12", "--warmup-requests", "2", "--max-tokens", "4", "--burstiness", "0.5"])
         .args(["--slo", "ttft_ms=60000", "--slo", "tpot_ms=60000", "--percentiles", "90"])
+        .args(["--export", "csv", "--export", "vllm"])
         .args(["--out", out.to_str().unwrap()])
         .output()
         .unwrap();
@@ -576,6 +577,18 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     let ws = common::workspace::Workspace { root: root() };
     let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
     assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    // Exports: a CSV row per request, and vLLM's result shape per group, measured requests only.
+    let csv = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 24);
+    assert!(csv.starts_with("runtime,concurrency,rate_rps,warmup,"), "{csv}");
+    let vllm: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.with_extension("0-embedded-openai-rate40.vllm.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!((vllm["completed"].as_u64(), vllm["request_rate"].as_f64()), (Some(10), Some(40.0)), "{vllm}");
+    assert_eq!(vllm["ttfts"].as_array().map(Vec::len), Some(10));
+    assert!(vllm["p90_ttft_ms"].is_number() && vllm["request_goodput"].is_number(), "{vllm}");
+    assert!(out.with_extension("1-embedded-openai-rateinf.vllm.json").is_file());
     // The report labels the groups by rate and draws latency against throughput across them.
     use common::experiment::Experiment;
     let value: Value = common::artifact::read_artifact(&out).unwrap();

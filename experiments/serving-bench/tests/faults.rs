@@ -236,8 +236,13 @@ async fn tls_server(connections: usize) -> String {
 #[tokio::test]
 async fn https_verifies_certificates_unless_told_not_to() {
     let base = tls_server(2).await;
-    let target =
-        Target { name: "tls".into(), kind: Kind::OpenAi, base_url: base, model: "m".into(), options: Default::default() };
+    let target = Target {
+        name: "tls".into(),
+        kind: Kind::OpenAi,
+        base_url: base,
+        model: "m".into(),
+        options: Default::default(),
+    };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
     let t = timeouts();
     let verified = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
