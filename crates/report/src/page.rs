@@ -41,26 +41,54 @@ const FACTS: [(&str, &str); 12] = [
     ("predecessor host", "/host"),
 ];
 
-/// Side by side: the same metrics of two artifacts with the ratio B / A, then the provenance
-/// differences that may explain them.
-pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, ReportError> {
-    if a.kind.name() != b.kind.name() {
-        return Err(ReportError::Unlike { a: a.name.clone(), b: b.name.clone() });
+/// Side by side: the same metrics of any number of artifacts of one experiment, each with its
+/// ratio to the first (A), then the provenance facts that differ between them (what may explain
+/// the differences).
+pub fn compare(artifacts: &[Artifact]) -> Result<String, ReportError> {
+    let Some((a, others)) = artifacts.split_first() else { return Ok(String::new()) };
+    if let Some(other) = others.iter().find(|o| o.kind.name() != a.kind.name()) {
+        return Err(ReportError::Unlike { a: a.name.clone(), b: other.name.clone() });
     }
+    let letters: Vec<String> = (0..artifacts.len()).map(letter).collect();
     let mut md = String::new();
-    let _ = writeln!(md, "## Comparison: A = {}, B = {}\n", a.name, b.name);
-    let _ = writeln!(md, "| what | A | B | B / A |\n|---|---|---|---|");
-    let mut row = |what: String, x: Option<f64>, y: Option<f64>| {
-        let ratio = match (x, y) {
-            (Some(x), Some(y)) if x != 0.0 && x.is_finite() && y.is_finite() => format!("{:.2}", y / x),
-            _ => "-".into(),
-        };
-        let _ = writeln!(md, "| {what} | {} | {} | {ratio} |", cell(x, 3), cell(y, 3));
-    };
-    for (what, x, y) in a.kind.compare(&a.value, &b.value) {
-        row(what, x, y);
+    let named: Vec<String> = artifacts.iter().zip(&letters).map(|(x, l)| format!("{l} = {}", x.name)).collect();
+    let _ = writeln!(md, "## Comparison: {}\n", named.join(", "));
+    let mut header = String::from("| what | A |");
+    for l in &letters[1..] {
+        let _ = write!(header, " {l} | {l} / A |");
     }
-    let _ = writeln!(md, "\nProvenance that differs:\n\n| fact | A | B |\n|---|---|---|");
+    let _ = writeln!(md, "{header}\n|---|---|{}", "---|---|".repeat(others.len()));
+    // Rows by the experiment's label, in first-seen order; each other artifact against A.
+    let mut rows: Vec<(String, Option<f64>, Vec<Option<f64>>)> = Vec::new();
+    for (k, other) in others.iter().enumerate() {
+        for (what, x, y) in a.kind.compare(&a.value, &other.value) {
+            let i = match rows.iter().position(|r| r.0 == what) {
+                Some(i) => i,
+                None => {
+                    rows.push((what, x, vec![None; others.len()]));
+                    rows.len() - 1
+                }
+            };
+            rows[i].2[k] = y;
+        }
+    }
+    for (what, x, ys) in &rows {
+        let mut line = format!("| {what} | {} |", cell(*x, 3));
+        for y in ys {
+            let ratio = match (x, y) {
+                (Some(x), Some(y)) if *x != 0.0 && x.is_finite() && y.is_finite() => format!("{:.2}", y / x),
+                _ => "-".into(),
+            };
+            let _ = write!(line, " {} | {ratio} |", cell(*y, 3));
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let _ = writeln!(
+        md,
+        "\nProvenance that differs:\n\n| fact | {} |\n|---|{}",
+        letters.join(" | "),
+        "---|".repeat(letters.len())
+    );
     let show = |v: Option<&Value>| match v {
         None => "(not recorded)".to_string(),
         Some(Value::String(s)) => s.clone(),
@@ -74,21 +102,33 @@ pub fn compare(a: &Artifact, b: &Artifact) -> Result<String, ReportError> {
             .get("digest")
             .cloned()
     };
-    let derived = [("weights sha256", weights(&a.value), weights(&b.value))];
-    let pointed = FACTS
+    let facts = FACTS
         .iter()
-        .map(|(label, pointer)| (*label, a.value.pointer(pointer).cloned(), b.value.pointer(pointer).cloned()));
+        .map(|(label, pointer)| {
+            (*label, artifacts.iter().map(|x| x.value.pointer(pointer).cloned()).collect::<Vec<_>>())
+        })
+        .chain([("weights sha256", artifacts.iter().map(|x| weights(&x.value)).collect())]);
     let mut same = true;
-    for (label, x, y) in pointed.chain(derived) {
-        let (x, y) = (x.as_ref(), y.as_ref());
-        if x != y {
+    for (label, values) in facts {
+        if values.iter().any(|v| v != &values[0]) {
             same = false;
-            let _ = writeln!(md, "| {label} | {} | {} |", show(x).replace('|', "/"), show(y).replace('|', "/"));
+            let cells: Vec<String> = values.iter().map(|v| show(v.as_ref()).replace('|', "/")).collect();
+            let _ = writeln!(md, "| {label} | {} |", cells.join(" | "));
         }
     }
     if same {
-        let _ = writeln!(md, "| (none) | | |");
+        let _ = writeln!(md, "| (none) |{}", " |".repeat(letters.len()));
     }
     md.push('\n');
     Ok(md)
+}
+
+/// `A`, `B`, ..., `Z`, then `A2`, `B2`, ...
+fn letter(i: usize) -> String {
+    let base = char::from(b'A' + (i % 26) as u8);
+    if i < 26 {
+        base.to_string()
+    } else {
+        format!("{base}{}", i / 26 + 1)
+    }
 }

@@ -161,16 +161,22 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn two_artifacts_compare_side_by_side_with_ratios_and_provenance() {
+fn artifacts_compare_side_by_side_with_ratios_and_provenance() {
     let tmp = tempfile::tempdir().unwrap();
-    let fresh = report::load(&fresh_tiny_artifact(tmp.path()), EXPERIMENTS).unwrap();
-    let old = report::load(&seed("000_56313d9d03231830.txt"), EXPERIMENTS).unwrap();
-    let md = report::compare(&old, &fresh).unwrap();
+    let fresh_path = fresh_tiny_artifact(tmp.path());
+    let load = |p: &std::path::Path| report::load(p, EXPERIMENTS).unwrap();
+    let (old, fresh) = (seed("000_56313d9d03231830.txt"), load(&fresh_path));
+    let md = report::compare(&[load(&old), fresh]).unwrap();
     assert!(md.contains("| fifo / interactive-a TTFT ms (median) | 524.647 |"), "{md}");
     assert!(md.contains("| predecessor environment |"), "{md}");
-    let serving = report::load(&seed("001_9c5fc480f3b35933.txt"), EXPERIMENTS).unwrap();
-    assert!(report::compare(&old, &serving).is_err());
-    let md = report::compare(&serving, &serving).unwrap();
+    // Any number at once: each against the first.
+    let md = report::compare(&[load(&old), load(&fresh_path), load(&old)]).unwrap();
+    assert!(md.contains("| what | A | B | B / A | C | C / A |"), "{md}");
+    let row = md.lines().find(|l| l.starts_with("| fifo / interactive-a TTFT ms (median) | 524.647 |")).unwrap();
+    assert!(row.ends_with("| 524.647 | 1.00 |"), "{row}");
+    let serving = seed("001_9c5fc480f3b35933.txt");
+    assert!(report::compare(&[load(&old), load(&serving)]).is_err());
+    let md = report::compare(&[load(&serving), load(&serving)]).unwrap();
     assert!(md.contains("| vllm-metal c=4 vs vllm-metal c=4: TTFT p50 ms | 1169.111 | 1169.111 | 1.00 |"), "{md}");
     assert!(md.contains("| (none) | | |"));
 }

@@ -8,15 +8,16 @@ use std::path::{Path, PathBuf};
 use tools::registry::EXPERIMENTS;
 
 #[derive(Parser)]
-#[command(about = "Render artifacts into SVG/PNG charts and one Markdown page; compare two artifacts")]
+#[command(about = "Render artifacts into SVG/PNG charts and one Markdown page; compare artifacts side by side")]
 struct Cli {
     /// Artifacts to render [default: the newest artifact of each manifest under artifacts/].
     artifacts: Vec<PathBuf>,
     /// Output folder [default: artifacts/reports].
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Compare two artifacts of the same experiment (A then B), with ratios B / A.
-    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    /// Compare artifacts of one experiment side by side (two or more: A, B, ...), each with its
+    /// ratio to A.
+    #[arg(long, num_args = 2.., value_names = ["A", "B"])]
     compare: Vec<PathBuf>,
 }
 
@@ -66,9 +67,9 @@ fn run(cli: Cli) -> Result<()> {
         md.push_str(&report::section(&artifact, &out)?);
         println!("rendered {}", ws.display_path(path));
     }
-    if let [a, b] = cli.compare.as_slice() {
-        let (a, b) = (report::load(a, EXPERIMENTS)?, report::load(b, EXPERIMENTS)?);
-        md.push_str(&report::compare(&a, &b)?);
+    if !cli.compare.is_empty() {
+        let artifacts = cli.compare.iter().map(|p| report::load(p, EXPERIMENTS)).collect::<Result<Vec<_>, _>>()?;
+        md.push_str(&report::compare(&artifacts)?);
     }
     let page_path = out.join("report.md");
     common::artifact::write_replace(&page_path, md.as_bytes())?;
