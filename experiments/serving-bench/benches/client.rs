@@ -63,6 +63,7 @@ fn main() {
             base_url: base.clone(),
             model: "tiny".into(),
             options: Default::default(),
+            replicas: Vec::new(),
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let probe_stop = stop.clone();

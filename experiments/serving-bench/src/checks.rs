@@ -42,8 +42,14 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
         if r.ok() && r.chunk_gaps_s.len() as u64 != r.chunks.saturating_sub(1) {
             f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
         }
-        if !artifact.runtimes.iter().any(|t| t.name == r.runtime) {
-            f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime));
+        match artifact.runtimes.iter().find(|t| t.name == r.runtime) {
+            None => f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime)),
+            Some(t) => match (r.replica, t.replicas.len()) {
+                (None, 0) => {}
+                (Some(i), n) if i < n => {}
+                (Some(i), n) => f.wrong("invariants", at("replica"), format!("{i}, but `{}` has {n} replicas", t.name)),
+                (None, _) => f.wrong("invariants", at("replica"), format!("missing: `{}` is a group of replicas", t.name)),
+            },
         }
     }
     match &artifact.arguments.arrivals {

@@ -101,6 +101,8 @@ pub struct BenchArgs {
     /// A server to measure, KIND=URL with KIND openai or ollama (repeatable; targets take turns
     /// round by round, and each is compared with the first). URL `embedded` is the embedded
     /// server on the manifest's model. Without any, the embedded server through both APIs.
+    /// KIND=URL@GROUP makes the URL one replica of the target GROUP: a deployment of several
+    /// servers measured as one, its requests spread over the replicas in turn.
     #[arg(long, value_name = "KIND=URL")]
     pub target: Vec<String>,
     /// Model name to request [default: the first model each server lists].

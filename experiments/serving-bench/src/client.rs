@@ -48,6 +48,24 @@ pub enum FetchError {
     NoModel { url: String },
 }
 
+/// `URL@group` as the URL and the group; a URL alone (credentials' `@` included) has none. A
+/// group is a name of letters, digits, `-` and `_` after the last `@`, where what precedes it is
+/// a URL with a host (so `http://user:pw@host:8000` has no group, and `http://host:8000@prod` is
+/// in `prod`; a URL with credentials and a bare host name is read as a group: give it a port).
+pub fn split_group(url: &str) -> (&str, Option<&str>) {
+    match url.rsplit_once('@') {
+        Some((u, g))
+            if !g.is_empty()
+                && g != "localhost"
+                && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && reqwest::Url::parse(u).is_ok_and(|u| u.has_host()) =>
+        {
+            (u, Some(g))
+        }
+        _ => (url, None),
+    }
+}
+
 /// A server to measure.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -56,6 +74,19 @@ pub struct Target {
     pub base_url: String,
     pub model: String,
     pub options: RequestOptions,
+    /// The replicas of one deployment measured as one target (`--target KIND=URL@group`), their
+    /// requests spread in turn; empty for a single server (`base_url`).
+    pub replicas: Vec<String>,
+}
+
+impl Target {
+    /// Which replica serves the request at `index` (in turn), and its URL.
+    fn replica(&self, index: usize) -> (Option<usize>, &str) {
+        match self.replicas.len() {
+            0 => (None, &self.base_url),
+            n => (Some(index % n), &self.replicas[index % n]),
+        }
+    }
 }
 
 /// How each request to a target is made, beyond its prompt.
@@ -66,6 +97,21 @@ pub struct RequestOptions {
     /// Ask the server to ignore end-of-sequence so answers reach `max_tokens` (vLLM's
     /// `ignore_eos`, which the embedded server takes too; Ollama has none).
     pub ignore_eos: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_group;
+
+    #[test]
+    fn a_group_follows_the_last_at_of_a_url_with_a_host() {
+        assert_eq!(split_group("http://10.0.0.1:8000@prod"), ("http://10.0.0.1:8000", Some("prod")));
+        assert_eq!(split_group("http://u:pw@10.0.0.1:8000@prod-2"), ("http://u:pw@10.0.0.1:8000", Some("prod-2")));
+        assert_eq!(split_group("http://u:pw@10.0.0.1:8000"), ("http://u:pw@10.0.0.1:8000", None));
+        assert_eq!(split_group("http://u:pw@localhost"), ("http://u:pw@localhost", None));
+        assert_eq!(split_group("http://10.0.0.1:8000/v1"), ("http://10.0.0.1:8000/v1", None));
+        assert_eq!(split_group("embedded"), ("embedded", None));
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -215,6 +261,7 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
 
 fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
     let messages = json!([{"role": "user", "content": spec.prompt}]);
+    let (_, base) = target.replica(spec.index);
     match target.kind {
         Kind::OpenAi => {
             let mut body = json!({"model": target.model, "max_tokens": spec.max_tokens, "stream": true,
@@ -232,10 +279,10 @@ fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
                     "/v1/completions"
                 }
             };
-            (url(&target.base_url, path), body)
+            (url(base, path), body)
         }
         Kind::Ollama => (
-            url(&target.base_url, "/api/chat"),
+            url(base, "/api/chat"),
             json!({"model": target.model, "messages": messages, "stream": true,
                    "options": {"num_predict": spec.max_tokens, "seed": spec.seed, "temperature": 0}}),
         ),
@@ -278,6 +325,7 @@ pub async fn measure(
         chunks: 0,
         chunk_gaps_s: Vec::new(),
         arrival: None,
+        replica: target.replica(spec.index).0,
     };
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
     if let Err((class, detail)) = outcome {

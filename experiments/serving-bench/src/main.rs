@@ -88,24 +88,26 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let ws = Workspace::discover()?;
     // What to measure: each --target, where the URL `embedded` stands for the embedded server on
     // the manifest's model; without any, the embedded server through both of its APIs.
-    let mut specs: Vec<(Kind, Option<String>)> = Vec::new();
+    // `URL@group` makes the URL one replica of the target `group`.
+    let mut specs: Vec<(Kind, Option<String>, Option<String>)> = Vec::new();
     for spec in &args.target {
         let (kind, url) = spec.split_once('=').with_context(|| {
             format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
         })?;
         let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
-        if url == "embedded" {
-            specs.push((kind, None));
+        let (url, group) = client::split_group(url);
+        if url == "embedded" && group.is_none() {
+            specs.push((kind, None, None));
         } else if url.starts_with("http://") || url.starts_with("https://") {
-            specs.push((kind, Some(url.trim_end_matches('/').to_string())));
+            specs.push((kind, Some(url.trim_end_matches('/').to_string()), group.map(str::to_string)));
         } else {
             bail!("--target {spec}: the URL must start with http:// or https://, or be `embedded`");
         }
     }
     if specs.is_empty() {
-        specs = vec![(Kind::OpenAi, None), (Kind::Ollama, None)];
+        specs = vec![(Kind::OpenAi, None, None), (Kind::Ollama, None, None)];
     }
-    let embedded = specs.iter().any(|(_, url)| url.is_none());
+    let embedded = specs.iter().any(|(_, url, _)| url.is_none());
 
     // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
     let (prepared, base, manifest_record) = if embedded || args.model.manifest.is_some() {
@@ -142,9 +144,22 @@ async fn bench(args: BenchArgs) -> Result<()> {
         };
         embedded_server = Some(server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?);
     }
-    let external = specs.iter().filter(|(_, url)| url.is_some()).count();
-    let mut targets = Vec::new();
-    for (i, (kind, url)) in specs.iter().enumerate() {
+    let external = specs.iter().filter(|(_, url, group)| url.is_some() && group.is_none()).count();
+    let mut targets: Vec<Target> = Vec::new();
+    for (i, (kind, url, group)) in specs.iter().enumerate() {
+        if let (Some(url), Some(group)) = (url, group) {
+            // A replica joins its group's target (made by the group's first replica).
+            if let Some(t) = targets.iter_mut().find(|t| !t.replicas.is_empty() && &t.name == group) {
+                if t.kind != *kind {
+                    bail!("--target {}: the replicas of `{group}` must speak one API", args.target[i]);
+                }
+                if t.replicas.contains(url) {
+                    bail!("--target {}: measured twice; give each replica once", args.target[i]);
+                }
+                t.replicas.push(url.clone());
+                continue;
+            }
+        }
         let target = match (url, &embedded_server, &prepared) {
             (None, Some(running), Some(prepared)) => Target {
                 name: format!("embedded-{}", kind.name()),
@@ -152,6 +167,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 base_url: format!("http://{}", running.addr),
                 model: model_name(&prepared.resolved),
                 options,
+                replicas: Vec::new(),
             },
             (Some(url), _, _) => {
                 let model = match &args.model_name {
@@ -160,8 +176,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
                         .await
                         .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
                 };
-                let name = if external > 1 { format!("{}-{}", kind.name(), i + 1) } else { kind.name().to_string() };
-                Target { name, kind: *kind, base_url: url.clone(), model, options }
+                let (name, replicas) = match group {
+                    Some(group) => (group.clone(), vec![url.clone()]),
+                    None if external > 1 => (format!("{}-{}", kind.name(), i + 1), Vec::new()),
+                    None => (kind.name().to_string(), Vec::new()),
+                };
+                Target { name, kind: *kind, base_url: url.clone(), model, options, replicas }
             }
             _ => unreachable!("an embedded target starts the embedded server"),
         };
@@ -288,6 +308,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             kind: t.kind.name().into(),
             base_url: t.base_url.clone(),
             model: t.model.clone(),
+            replicas: t.replicas.clone(),
         })
         .collect();
     let facts = common::build_facts!();

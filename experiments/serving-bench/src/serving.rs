@@ -91,6 +91,9 @@ pub struct RequestRecord {
     /// Its place in an open-loop schedule; absent in the seed's closed rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrival: Option<Arrival>,
+    /// Which of its runtime's `replicas` served it, for a group of replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<usize>,
 }
 
 /// An open-loop request's group and window.
@@ -348,6 +351,10 @@ pub struct Runtime {
     pub kind: String,
     pub base_url: String,
     pub model: String,
+    /// The replicas measured as this one runtime (`--target KIND=URL@group`), requests spread in
+    /// turn; absent for a single server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
 }
 
 /// The benchmark's parameters: the manifest's `parameters` and the artifact's `arguments` (the
@@ -670,6 +677,7 @@ mod tests {
             chunks: tokens,
             chunk_gaps_s: vec![0.1; tokens as usize - 1],
             arrival: None,
+            replica: None,
         }
     }
 

@@ -692,6 +692,35 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
 }
 
+#[test]
+fn replicas_of_one_deployment_are_measured_as_one_target() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, line_a) = serve(&tmp.path().join("models"), &[]);
+    let (b, line_b) = serve(&tmp.path().join("models"), &[]);
+    let url = |line: &str| line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+    let (url_a, url_b) = (url(&line_a), url(&line_b));
+    let out = tmp.path().join("pool.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", &format!("openai={url_a}@pool"), "--target", &format!("openai={url_b}@pool")])
+        .args(["--rounds", "1", "--concurrency", "4", "--max-tokens", "4", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    interrupt(a);
+    interrupt(b);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    assert_eq!(a.runtimes.len(), 1);
+    assert_eq!((a.runtimes[0].name.as_str(), a.runtimes[0].replicas.clone()), ("pool", vec![url_a, url_b]));
+    let served: Vec<Option<usize>> = a.requests.iter().map(|r| r.replica).collect();
+    assert_eq!(served, [Some(0), Some(1), Some(0), Some(1)]);
+    assert!(a.requests.iter().all(|r| r.ok() && r.runtime == "pool"), "{:?}", a.requests);
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+}
+
 /// A tiny blocking GET for the test above (the server runs in another process).
 mod reqwest {
     pub use ::reqwest::*;

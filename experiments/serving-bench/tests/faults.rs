@@ -92,8 +92,14 @@ fn timeouts() -> Timeouts {
 }
 
 async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
-    let target =
-        Target { name: "scripted".into(), kind, base_url: base, model: "m".into(), options: Default::default() };
+    let target = Target {
+        name: "scripted".into(),
+        kind,
+        base_url: base,
+        model: "m".into(),
+        options: Default::default(),
+        replicas: Vec::new(),
+    };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
     measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await
 }
@@ -145,6 +151,7 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
         kind: "ollama".into(),
         base_url: String::new(),
         model: "m".into(),
+        replicas: Vec::new(),
     }];
     let summary = serving_bench::serving::summarize_all(
         &serving_bench::cli::seed_parameters(),
@@ -174,7 +181,14 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
     let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
     let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true };
-    let target = Target { name: "scripted".into(), kind: Kind::OpenAi, base_url: base, model: "m".into(), options };
+    let target = Target {
+        name: "scripted".into(),
+        kind: Kind::OpenAi,
+        base_url: base,
+        model: "m".into(),
+        options,
+        replicas: Vec::new(),
+    };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
     let t = timeouts();
     let r = measure(&http_client(&t, headers, false), &target, &spec, &t, Instant::now(), None).await;
@@ -242,6 +256,7 @@ async fn https_verifies_certificates_unless_told_not_to() {
         base_url: base,
         model: "m".into(),
         options: Default::default(),
+        replicas: Vec::new(),
     };
     let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
     let t = timeouts();
