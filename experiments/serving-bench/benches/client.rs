@@ -78,6 +78,7 @@ fn main() {
                 index: i,
                 prompt_name: "short",
                 prompt: "Explain cache invalidation in one sentence.",
+                messages: None,
                 max_tokens: TOKENS,
                 seed: 1,
             })

@@ -48,7 +48,9 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
                 (None, 0) => {}
                 (Some(i), n) if i < n => {}
                 (Some(i), n) => f.wrong("invariants", at("replica"), format!("{i}, but `{}` has {n} replicas", t.name)),
-                (None, _) => f.wrong("invariants", at("replica"), format!("missing: `{}` is a group of replicas", t.name)),
+                (None, _) => {
+                    f.wrong("invariants", at("replica"), format!("missing: `{}` is a group of replicas", t.name))
+                }
             },
         }
     }

@@ -174,6 +174,13 @@ pub struct BenchArgs {
     /// Skip TLS certificate verification for https targets (recorded in the artifact).
     #[arg(long)]
     pub insecure: bool,
+    /// Prompts from a JSON Lines file: one {"prompt": TEXT} or {"messages": [...]} per line, with
+    /// an optional "max_tokens"; sent in turn [default: the seed's three prompts].
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with = "sharegpt")]
+    pub prompts: Option<std::path::PathBuf>,
+    /// Prompts from a ShareGPT JSON export: each conversation's first human turn, in turn.
+    #[arg(long, value_name = "FILE.json")]
+    pub sharegpt: Option<std::path::PathBuf>,
     /// Also write the result as CSV (one row per request) or in vLLM's `--save-result` JSON shape
     /// (one file per group), beside the artifact (repeatable).
     #[arg(long, value_enum)]
@@ -308,6 +315,7 @@ impl BenchArgs {
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
             "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure,
+            "prompts": self.prompts, "sharegpt": self.sharegpt,
             "export": self.export.iter().map(|f| format!("{f:?}").to_lowercase()).collect::<Vec<_>>(),
         })
     }

@@ -130,6 +130,8 @@ pub struct Spec<'a> {
     pub index: usize,
     pub prompt_name: &'a str,
     pub prompt: &'a str,
+    /// A whole conversation for chat endpoints, in place of `prompt` as one user message.
+    pub messages: Option<&'a Value>,
     pub max_tokens: usize,
     pub seed: u64,
 }
@@ -260,7 +262,7 @@ pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Valu
 }
 
 fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
-    let messages = json!([{"role": "user", "content": spec.prompt}]);
+    let messages = spec.messages.cloned().unwrap_or_else(|| json!([{"role": "user", "content": spec.prompt}]));
     let (_, base) = target.replica(spec.index);
     match target.kind {
         Kind::OpenAi => {

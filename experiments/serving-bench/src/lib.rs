@@ -16,6 +16,7 @@ mod report;
 pub mod server;
 pub mod serving;
 pub mod stream;
+pub mod workload;
 
 use common::chart::{CompareRow, Section};
 use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};

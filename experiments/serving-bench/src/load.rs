@@ -11,6 +11,7 @@
 
 use crate::client::{measure, Spec, Target, Timeouts};
 use crate::serving::{Arrival, Arrivals, RequestRecord};
+use crate::workload::Item;
 use rand::SeedableRng;
 use rand_distr::Distribution;
 use std::sync::Arc;
@@ -34,15 +35,15 @@ pub fn schedule(seed: u64, rate: f64, burstiness: f64, max_requests: usize, dura
     out
 }
 
-/// One open-loop group: `arrivals` at `rate` (`None`: unbounded) against `target`, prompts taken
-/// in turn from `prompts`. Returns every request, warm-up ones included (marked).
+/// One open-loop group: `arrivals` at `rate` (`None`: unbounded) against `target`, items taken
+/// in turn from `items`. Returns every request, warm-up ones included (marked).
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
     http: &reqwest::Client,
     target: &Target,
     arrivals: &Arrivals,
     rate: Option<f64>,
-    prompts: &[(&str, &str)],
+    items: &[Item],
     max_tokens: usize,
     seed: u64,
     timeouts: &Timeouts,
@@ -81,18 +82,18 @@ pub async fn run_group(
                 (Instant::now(), slot, None)
             }
         };
-        let (name, prompt) = prompts[index % prompts.len()];
+        let item = items[index % items.len()].clone();
         let spec = Spec {
             concurrency: arrivals.max_concurrency.unwrap_or(0),
             round: 0,
             index,
-            prompt_name: name,
-            prompt,
-            max_tokens,
+            prompt_name: "",
+            prompt: "",
+            messages: None,
+            max_tokens: item.max_tokens.unwrap_or(max_tokens),
             seed,
         };
         let (http, target, timeouts, cap) = (http.clone(), target.clone(), *timeouts, cap.clone());
-        let (name, prompt) = (name.to_string(), prompt.to_string());
         let warmup = index < arrivals.warmup_requests;
         tasks.spawn(async move {
             // With a cap and a finite rate, a request whose time came while every slot was busy
@@ -106,7 +107,7 @@ pub async fn run_group(
                 (None, Some(cap)) => Some(cap.acquire_owned().await.expect("the semaphore is never closed")),
                 (None, None) => None,
             };
-            let spec = Spec { prompt_name: &name, prompt: &prompt, ..spec };
+            let spec = Spec { prompt_name: &item.name, prompt: &item.prompt, messages: item.messages.as_ref(), ..spec };
             let mut record = measure(&http, &target, &spec, &timeouts, t0, Some(scheduled)).await;
             record.arrival = Some(Arrival { rate_rps: rate, warmup });
             record

@@ -10,6 +10,7 @@ use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
 use serving_bench::load;
 use serving_bench::server::{self, ServerConfig};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
+use serving_bench::workload::Workload;
 use serving_bench::EXPERIMENT;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -202,9 +203,29 @@ async fn bench(args: BenchArgs) -> Result<()> {
         model_metadata.insert(t.name.clone(), meta);
     }
 
-    let prompts = serving::default_prompts();
-    let prompt_order: Vec<(&String, &String)> =
-        ["short", "medium", "code"].iter().filter_map(|k| prompts.get_key_value(*k)).collect();
+    let workload = match (&args.prompts, &args.sharegpt) {
+        (Some(path), _) => Workload::jsonl(path, &ws.display_path(path))?,
+        (None, Some(path)) => Workload::sharegpt(path, &ws.display_path(path))?,
+        (None, None) => Workload::builtin(),
+    };
+    if params.endpoint == serving::Endpoint::Completions && workload.items.iter().any(|i| i.messages.is_some()) {
+        bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");
+    }
+    let items = &workload.items;
+    // The `n`-th request's spec: the workload's items in turn.
+    let spec_of = |n: usize, concurrency: usize, round: usize, index: usize| {
+        let item = &items[n % items.len()];
+        Spec {
+            concurrency,
+            round,
+            index,
+            prompt_name: &item.name,
+            prompt: &item.prompt,
+            messages: item.messages.as_ref(),
+            max_tokens: item.max_tokens.unwrap_or(params.max_tokens),
+            seed: params.seed,
+        }
+    };
     let per_target = match &params.arrivals {
         // A group bounded by its duration alone has no count known up front: the bar counts up.
         Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.rates.len()),
@@ -227,16 +248,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     for target in &targets {
         bar.set_message(format!("{} warmup", target.name));
         for w in 0..params.warmups {
-            let (name, prompt) = prompt_order[w % prompt_order.len()];
-            let spec = Spec {
-                concurrency: 1,
-                round: 0,
-                index: w,
-                prompt_name: name,
-                prompt,
-                max_tokens: params.max_tokens,
-                seed: params.seed,
-            };
+            let spec = spec_of(w, 1, 0, w);
             client::measure(&http, target, &spec, &timeouts, t0, None).await;
             bar.inc(1);
         }
@@ -244,7 +256,6 @@ async fn bench(args: BenchArgs) -> Result<()> {
     // An open loop: per rate, each target in turn runs the rate's schedule.
     let rounds = if params.arrivals.is_some() { 0 } else { params.rounds };
     if let Some(arrivals) = &params.arrivals {
-        let prompts: Vec<(&str, &str)> = prompt_order.iter().map(|(n, p)| (n.as_str(), p.as_str())).collect();
         for &rate in &arrivals.rates {
             for target in &targets {
                 let label = rate.map_or("inf".to_string(), |r| format!("{r}"));
@@ -254,7 +265,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
                     target,
                     arrivals,
                     rate,
-                    &prompts,
+                    items,
                     params.max_tokens,
                     params.seed,
                     &timeouts,
@@ -273,20 +284,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         for &c in &params.concurrency {
             for target in &targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
-                let specs: Vec<Spec> = (0..c)
-                    .map(|i| {
-                        let (name, prompt) = prompt_order[(round * c + i) % prompt_order.len()];
-                        Spec {
-                            concurrency: c,
-                            round,
-                            index: i,
-                            prompt_name: name,
-                            prompt,
-                            max_tokens: params.max_tokens,
-                            seed: params.seed,
-                        }
-                    })
-                    .collect();
+                let specs: Vec<Spec> = (0..c).map(|i| spec_of(round * c + i, c, round, i)).collect();
                 let batch = futures_util::future::join_all(
                     specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0, None)),
                 )
@@ -341,7 +339,13 @@ async fn bench(args: BenchArgs) -> Result<()> {
         runtimes,
         versions,
         model_metadata,
-        prompts,
+        // The prompts sent, by name (a large file's unsent items are in its digest only).
+        prompts: records
+            .iter()
+            .filter_map(|r| items.iter().find(|i| i.name == r.prompt))
+            .map(|i| (i.name.clone(), i.prompt.clone()))
+            .collect(),
+        workload: Some(workload.record.clone()),
         measurement_notes: serving::measurement_notes(),
         completed_at: common::provenance::now_utc(),
         requests: records,

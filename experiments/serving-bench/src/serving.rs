@@ -96,6 +96,29 @@ pub struct RequestRecord {
     pub replica: Option<usize>,
 }
 
+/// Where a run's prompts came from, and enough about them to tell whether two runs sent the
+/// same requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRecord {
+    /// `builtin` (the seed's three prompts), `jsonl` or `sharegpt`.
+    pub source: String,
+    /// The file, as given.
+    pub path: Option<String>,
+    /// SHA-256 of the file's bytes.
+    pub file_sha256: Option<String>,
+    /// SHA-256 of the items read from it (prompt, messages, max_tokens): equal for the same
+    /// requests whatever the file's formatting.
+    pub items_sha256: String,
+    pub items: usize,
+    pub prompt_chars_min: Option<f64>,
+    pub prompt_chars_p50: Option<f64>,
+    pub prompt_chars_mean: Option<f64>,
+    pub prompt_chars_max: Option<f64>,
+    /// Items with their own `max_tokens`.
+    pub items_with_max_tokens: usize,
+}
+
 /// An open-loop request's group and window.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -612,6 +635,9 @@ pub struct ServingArtifact {
     pub completed_at: String,
     pub summary: Vec<BTreeMap<String, serde_json::Value>>,
     pub requests: Vec<RequestRecord>,
+    /// What was sent: the workload's source, digests and prompt lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRecord>,
     /// The names of the headers added to every request (`authorization` when an API key was
     /// sent); never their values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

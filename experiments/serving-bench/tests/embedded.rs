@@ -693,6 +693,42 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
 }
 
 #[test]
+fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("prompts.jsonl");
+    std::fs::write(
+        &file,
+        "{\"prompt\": \"Name three rivers.\", \"max_tokens\": 3}\n\
+         {\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Why?\"}], \"max_tokens\": 5}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("file.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", "openai=embedded", "--prompts", file.to_str().unwrap(), "--ignore-eos"])
+        .args(["--rounds", "1", "--concurrency", "4", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let sent: Vec<(&str, u64)> = a.requests.iter().map(|r| (r.prompt.as_str(), r.output_tokens().0)).collect();
+    // In turn, each with its own cap, reached because end-of-sequence is ignored.
+    assert_eq!(sent, [("line-1", 3), ("line-2", 5), ("line-1", 3), ("line-2", 5)]);
+    let w = a.workload.as_ref().unwrap();
+    assert_eq!((w.source.as_str(), w.items, w.items_with_max_tokens), ("jsonl", 2, 2));
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(
+        w.file_sha256.as_deref(),
+        Some(common::digest::bytes_digest(&bytes, common::digest::Algorithm::Sha256).as_str())
+    );
+    assert_eq!(a.prompts.len(), 2);
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+}
+
+#[test]
 fn replicas_of_one_deployment_are_measured_as_one_target() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, line_a) = serve(&tmp.path().join("models"), &[]);

@@ -100,7 +100,16 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
         options: Default::default(),
         replicas: Vec::new(),
     };
-    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    let spec = Spec {
+        concurrency: 1,
+        round: 0,
+        index: 0,
+        prompt_name: "short",
+        prompt: "hi",
+        messages: None,
+        max_tokens: 3,
+        seed: 1,
+    };
     measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await
 }
 
@@ -189,7 +198,16 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
         options,
         replicas: Vec::new(),
     };
-    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    let spec = Spec {
+        concurrency: 1,
+        round: 0,
+        index: 0,
+        prompt_name: "short",
+        prompt: "hi",
+        messages: None,
+        max_tokens: 3,
+        seed: 1,
+    };
     let t = timeouts();
     let r = measure(&http_client(&t, headers, false), &target, &spec, &t, Instant::now(), None).await;
     assert_eq!(r.error, None, "{:?}", r.error_detail);
@@ -258,7 +276,16 @@ async fn https_verifies_certificates_unless_told_not_to() {
         options: Default::default(),
         replicas: Vec::new(),
     };
-    let spec = Spec { concurrency: 1, round: 0, index: 0, prompt_name: "short", prompt: "hi", max_tokens: 3, seed: 1 };
+    let spec = Spec {
+        concurrency: 1,
+        round: 0,
+        index: 0,
+        prompt_name: "short",
+        prompt: "hi",
+        messages: None,
+        max_tokens: 3,
+        seed: 1,
+    };
     let t = timeouts();
     let verified = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
     assert_eq!(verified.error, Some(ErrorClass::Connect), "{:?}", verified.error_detail);

@@ -1,0 +1,217 @@
+//! What the client sends: the seed's three prompts, or a file of prompts (`--prompts FILE.jsonl`,
+//! one `{"prompt": ...}` or `{"messages": [...]}` per line with an optional `max_tokens`), or a
+//! ShareGPT export (`--sharegpt FILE.json`, each conversation's first human turn). The artifact
+//! records the workload's digest and its length statistics, so two runs say whether they sent
+//! the same requests.
+
+use crate::serving::WorkloadRecord;
+use serde_json::Value;
+use std::path::Path;
+
+/// One request's content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// Its name in the records (`short`, `line-12`, `conversation-3`).
+    pub name: String,
+    /// The text (the only content for `/v1/completions`; for chat, one user message).
+    pub prompt: String,
+    /// A whole conversation for chat endpoints, when the file gives one.
+    pub messages: Option<Value>,
+    /// Its own cap on generated tokens, when the file gives one.
+    pub max_tokens: Option<usize>,
+}
+
+/// The items to send in turn, and the record of where they came from.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub items: Vec<Item>,
+    pub record: WorkloadRecord,
+}
+
+/// Why a workload file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("{path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
+    #[error("{path}:{line}: {problem}; each line is {{\"prompt\": TEXT}} or {{\"messages\": [...]}}, with an optional \"max_tokens\"")]
+    Line { path: String, line: usize, problem: String },
+    #[error("{path}: {problem}; a ShareGPT file is a JSON array of {{\"conversations\": [{{\"from\": \"human\", \"value\": TEXT}}, ...]}}")]
+    ShareGpt { path: String, problem: String },
+    #[error("{path}: no prompts in it")]
+    Empty { path: String },
+}
+
+impl Workload {
+    /// The seed's three prompts, in the seed's order.
+    pub fn builtin() -> Self {
+        let prompts = crate::serving::default_prompts();
+        let items: Vec<Item> = ["short", "medium", "code"]
+            .iter()
+            .filter_map(|k| prompts.get(*k).map(|p| (k, p)))
+            .map(|(k, p)| Item { name: k.to_string(), prompt: p.clone(), messages: None, max_tokens: None })
+            .collect();
+        Self::new("builtin", None, None, items)
+    }
+
+    /// `--prompts FILE.jsonl`.
+    pub fn jsonl(path: &Path, shown: &str) -> Result<Self, WorkloadError> {
+        let bytes = read(path, shown)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut items = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let bad = |problem: String| WorkloadError::Line { path: shown.to_string(), line: n + 1, problem };
+            let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
+            let max_tokens = match v.get("max_tokens") {
+                None | Some(Value::Null) => None,
+                Some(m) => Some(
+                    m.as_u64()
+                        .and_then(|m| usize::try_from(m).ok())
+                        .filter(|m| (1..=crate::serving::MAX_COUNT).contains(m))
+                        .ok_or_else(|| bad(format!("max_tokens {m} is not a count of 1 or more")))?,
+                ),
+            };
+            let name = format!("line-{}", n + 1);
+            let item = match (v.get("prompt").and_then(Value::as_str), v.get("messages")) {
+                (Some(p), None) => Item { name, prompt: p.to_string(), messages: None, max_tokens },
+                (None, Some(m)) => {
+                    let turns = m
+                        .as_array()
+                        .filter(|t| !t.is_empty())
+                        .ok_or_else(|| bad("messages is not a non-empty array".into()))?;
+                    let mut contents = Vec::new();
+                    for t in turns {
+                        match (t.get("role").and_then(Value::as_str), t.get("content").and_then(Value::as_str)) {
+                            (Some(_), Some(c)) => contents.push(c),
+                            _ => return Err(bad("a message without a string role and content".into())),
+                        }
+                    }
+                    Item { name, prompt: contents.join("\n"), messages: Some(m.clone()), max_tokens }
+                }
+                _ => return Err(bad("neither a string prompt nor messages (exactly one)".into())),
+            };
+            items.push(item);
+        }
+        if items.is_empty() {
+            return Err(WorkloadError::Empty { path: shown.to_string() });
+        }
+        Ok(Self::new("jsonl", Some(shown), Some(&bytes), items))
+    }
+
+    /// `--sharegpt FILE.json`: the first human turn of each conversation that has one.
+    pub fn sharegpt(path: &Path, shown: &str) -> Result<Self, WorkloadError> {
+        let bytes = read(path, shown)?;
+        let bad = |problem: String| WorkloadError::ShareGpt { path: shown.to_string(), problem };
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let conversations = v.as_array().ok_or_else(|| bad("not an array".into()))?;
+        let items: Vec<Item> = conversations
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let turns = c.get("conversations")?.as_array()?;
+                let human = turns.iter().find(|t| t.get("from").and_then(Value::as_str) == Some("human"))?;
+                let text = human.get("value")?.as_str()?.trim();
+                (!text.is_empty()).then(|| Item {
+                    name: format!("conversation-{i}"),
+                    prompt: text.to_string(),
+                    messages: None,
+                    max_tokens: None,
+                })
+            })
+            .collect();
+        if items.is_empty() {
+            return Err(WorkloadError::Empty { path: shown.to_string() });
+        }
+        Ok(Self::new("sharegpt", Some(shown), Some(&bytes), items))
+    }
+
+    fn new(source: &str, path: Option<&str>, bytes: Option<&[u8]>, items: Vec<Item>) -> Self {
+        // The digest of what is sent, so even the built-in prompts compare across versions.
+        let canonical: Vec<Value> = items
+            .iter()
+            .map(|i| serde_json::json!({"prompt": i.prompt, "messages": i.messages, "max_tokens": i.max_tokens}))
+            .collect();
+        let digest = common::digest::bytes_digest(
+            Value::Array(canonical).to_string().as_bytes(),
+            common::digest::Algorithm::Sha256,
+        );
+        let lengths: Vec<f64> = items.iter().map(|i| i.prompt.chars().count() as f64).collect();
+        let s = common::stats::summarize(&lengths);
+        let record = WorkloadRecord {
+            source: source.to_string(),
+            path: path.map(str::to_string),
+            file_sha256: bytes.map(|b| common::digest::bytes_digest(b, common::digest::Algorithm::Sha256)),
+            items_sha256: digest,
+            items: items.len(),
+            prompt_chars_min: s.min,
+            prompt_chars_p50: s.p50,
+            prompt_chars_mean: s.mean,
+            prompt_chars_max: s.max,
+            items_with_max_tokens: items.iter().filter(|i| i.max_tokens.is_some()).count(),
+        };
+        Workload { items, record }
+    }
+}
+
+fn read(path: &Path, shown: &str) -> Result<Vec<u8>, WorkloadError> {
+    std::fs::read(path).map_err(|cause| WorkloadError::Read { path: shown.to_string(), cause })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonl_reads_prompts_and_conversations_and_names_a_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.jsonl");
+        std::fs::write(
+            &path,
+            "{\"prompt\": \"hello\", \"max_tokens\": 7}\n\n{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"hi\"}]}\n",
+        )
+        .unwrap();
+        let w = Workload::jsonl(&path, "p.jsonl").unwrap();
+        assert_eq!(w.items.len(), 2);
+        assert_eq!((w.items[0].name.as_str(), w.items[0].max_tokens), ("line-1", Some(7)));
+        assert_eq!((w.items[1].name.as_str(), w.items[1].prompt.as_str()), ("line-3", "be brief\nhi"));
+        assert!(w.items[1].messages.is_some());
+        assert_eq!((w.record.items, w.record.items_with_max_tokens, w.record.prompt_chars_max), (2, 1, Some(11.0)));
+        // The same items give the same digest whatever the file's bytes around them.
+        std::fs::write(&path, "{\"max_tokens\": 7, \"prompt\": \"hello\"}\n{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"hi\"}]}").unwrap();
+        let again = Workload::jsonl(&path, "p.jsonl").unwrap();
+        assert_eq!(again.record.items_sha256, w.record.items_sha256);
+        assert_ne!(again.record.file_sha256, w.record.file_sha256);
+        for (line, expected) in [
+            ("{\"prompt\": 3}", "p.jsonl:1: neither a string prompt nor messages"),
+            ("{\"prompt\": \"x\", \"max_tokens\": 0}", "p.jsonl:1: max_tokens 0 is not a count"),
+            ("{\"messages\": []}", "p.jsonl:1: messages is not a non-empty array"),
+            ("not json", "p.jsonl:1: not JSON"),
+        ] {
+            std::fs::write(&path, line).unwrap();
+            let err = Workload::jsonl(&path, "p.jsonl").unwrap_err().to_string();
+            assert!(err.starts_with(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn sharegpt_takes_each_first_human_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        std::fs::write(
+            &path,
+            r#"[{"id": "a", "conversations": [{"from": "human", "value": "Why is the sky blue?"}, {"from": "gpt", "value": "Rayleigh."}]},
+                {"id": "b", "conversations": [{"from": "gpt", "value": "no human here"}]},
+                {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "Name a prime."}]}]"#,
+        )
+        .unwrap();
+        let w = Workload::sharegpt(&path, "s.json").unwrap();
+        let names: Vec<&str> = w.items.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["conversation-0", "conversation-2"]);
+        assert_eq!(w.items[1].prompt, "Name a prime.");
+        assert_eq!(w.record.source, "sharegpt");
+        std::fs::write(&path, "{}").unwrap();
+        assert!(Workload::sharegpt(&path, "s.json").unwrap_err().to_string().contains("not an array"));
+    }
+}
