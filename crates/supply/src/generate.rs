@@ -28,8 +28,9 @@ const QWEN_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const CORPUS: &str = include_str!("../assets/tokenizer-corpus.txt");
 /// Common English words, so that a realistic shape's tokenizer turns everyday English into about
-/// as many tokens as a real one does, not only the corpus's sentences.
-const ENGLISH_WORDS: &str = include_str!("../assets/english-words.txt");
+/// as many tokens as a real one does, not only the corpus's sentences (and the words synthetic
+/// prompts are made of).
+pub const ENGLISH_WORDS: &str = include_str!("../assets/english-words.txt");
 /// The BPE vocabulary the trainer aims for when a shape does not say; the small corpus stops it
 /// earlier.
 const BPE_VOCAB_TARGET: usize = 4096;

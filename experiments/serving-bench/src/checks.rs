@@ -93,7 +93,9 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
 /// microsecond), no group sent more requests than asked, and under `max_concurrency` no more
 /// requests were in flight at once.
 fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut Findings) {
-    let mut groups: BTreeMap<(&str, Option<u64>), Vec<(usize, &RequestRecord)>> = BTreeMap::new();
+    // By runtime and rate (as bits): each request with its position in the artifact.
+    type Group<'a> = Vec<(usize, &'a RequestRecord)>;
+    let mut groups: BTreeMap<(&str, Option<u64>), Group> = BTreeMap::new();
     for (i, r) in requests.iter().enumerate() {
         match r.arrival {
             None => f.wrong("invariants", format!("requests[{i}].arrival"), "missing in an open-loop run"),

@@ -181,6 +181,21 @@ pub struct BenchArgs {
     /// Prompts from a ShareGPT JSON export: each conversation's first human turn, in turn.
     #[arg(long, value_name = "FILE.json")]
     pub sharegpt: Option<std::path::PathBuf>,
+    /// Synthetic prompts of this many input tokens, a distribution: fixed:N, uniform:LO:HI or
+    /// normal:MEAN:SD:LO:HI, counted with the model's tokenizer (see --tokenizer).
+    #[arg(long, value_name = "DIST", value_parser = crate::workload::Lengths::parse, conflicts_with_all = ["prompts", "sharegpt"])]
+    pub input_tokens: Option<crate::workload::Lengths>,
+    /// The synthetic prompts' caps on generated tokens, a distribution as for --input-tokens
+    /// (add --ignore-eos so answers reach them) [default: --max-tokens for all].
+    #[arg(long, value_name = "DIST", value_parser = crate::workload::Lengths::parse, requires = "input_tokens")]
+    pub output_tokens: Option<crate::workload::Lengths>,
+    /// How many synthetic prompts to draw (sent in turn).
+    #[arg(long, default_value_t = 100, requires = "input_tokens")]
+    pub synthetic_count: usize,
+    /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens
+    /// [default: the manifest's checkpoint].
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<std::path::PathBuf>,
     /// Also write the result as CSV (one row per request) or in vLLM's `--save-result` JSON shape
     /// (one file per group), beside the artifact (repeatable).
     #[arg(long, value_enum)]
@@ -316,6 +331,8 @@ impl BenchArgs {
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
             "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure,
             "prompts": self.prompts, "sharegpt": self.sharegpt,
+            "input_tokens": self.input_tokens.map(|l| l.describe()), "output_tokens": self.output_tokens.map(|l| l.describe()),
+            "synthetic_count": self.synthetic_count, "tokenizer": self.tokenizer,
             "export": self.export.iter().map(|f| format!("{f:?}").to_lowercase()).collect::<Vec<_>>(),
         })
     }

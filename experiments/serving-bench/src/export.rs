@@ -136,7 +136,7 @@ fn vllm(a: &ServingArtifact, group: &[&RequestRecord]) -> Value {
     let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
     let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
     let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
-    let duration = (end > start).then_some(end - start).unwrap_or(0.0);
+    let duration = if end > start { end - start } else { 0.0 };
     let input: u64 = ok.iter().map(|r| r.usage_prompt_tokens.or(r.ollama_prompt_eval_count).unwrap_or(0)).sum();
     let output: u64 = ok.iter().map(|r| r.output_tokens().0).sum();
     let per_s = |n: f64| if duration > 0.0 { n / duration } else { 0.0 };

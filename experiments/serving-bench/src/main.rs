@@ -10,7 +10,7 @@ use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
 use serving_bench::load;
 use serving_bench::server::{self, ServerConfig};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
-use serving_bench::workload::Workload;
+use serving_bench::workload::{self, Workload};
 use serving_bench::EXPERIMENT;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -203,10 +203,24 @@ async fn bench(args: BenchArgs) -> Result<()> {
         model_metadata.insert(t.name.clone(), meta);
     }
 
-    let workload = match (&args.prompts, &args.sharegpt) {
-        (Some(path), _) => Workload::jsonl(path, &ws.display_path(path))?,
-        (None, Some(path)) => Workload::sharegpt(path, &ws.display_path(path))?,
-        (None, None) => Workload::builtin(),
+    let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
+        (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
+        (None, Some(path), _) => Workload::sharegpt(path, &ws.display_path(path))?,
+        (None, None, Some(input)) => {
+            let dir = match (&args.tokenizer, &prepared) {
+                (Some(dir), _) => dir.clone(),
+                (None, Some(p)) => p.resolved.dir.clone(),
+                (None, None) => {
+                    bail!("--input-tokens: give --tokenizer DIR (the target model's tokenizer) or --manifest")
+                }
+            };
+            if !(1..=serving::MAX_COUNT).contains(&args.synthetic_count) {
+                bail!("--synthetic-count {}: must be from 1 to {}", args.synthetic_count, serving::MAX_COUNT);
+            }
+            let output = args.output_tokens.unwrap_or(workload::Lengths::Fixed(params.max_tokens));
+            Workload::synthetic(&dir, &ws.display_path(&dir), input, output, args.synthetic_count, params.seed)?
+        }
+        (None, None, None) => Workload::builtin(),
     };
     if params.endpoint == serving::Endpoint::Completions && workload.items.iter().any(|i| i.messages.is_some()) {
         bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");

@@ -101,11 +101,11 @@ pub struct RequestRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadRecord {
-    /// `builtin` (the seed's three prompts), `jsonl` or `sharegpt`.
+    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt` or `synthetic`.
     pub source: String,
-    /// The file, as given.
+    /// The file, as given (for synthetic prompts, the tokenizer's folder).
     pub path: Option<String>,
-    /// SHA-256 of the file's bytes.
+    /// SHA-256 of the file's bytes (for synthetic prompts, of `tokenizer.json`).
     pub file_sha256: Option<String>,
     /// SHA-256 of the items read from it (prompt, messages, max_tokens): equal for the same
     /// requests whatever the file's formatting.
@@ -117,6 +117,18 @@ pub struct WorkloadRecord {
     pub prompt_chars_max: Option<f64>,
     /// Items with their own `max_tokens`.
     pub items_with_max_tokens: usize,
+    /// For synthetic prompts: the distributions their lengths were drawn from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths: Option<String>,
+    /// For synthetic prompts: their lengths in tokens, as the tokenizer counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_max: Option<f64>,
 }
 
 /// An open-loop request's group and window.
@@ -428,8 +440,11 @@ pub struct Parameters {
     pub slo: BTreeMap<String, f64>,
 }
 
-/// The metrics an SLO may bound, with how each is read from a request (seconds).
-pub const SLO_METRICS: [(&str, fn(&RequestRecord) -> Option<f64>); 3] =
+/// How a metric is read from a request (seconds), `None` where it has none.
+pub type Metric = fn(&RequestRecord) -> Option<f64>;
+
+/// The metrics an SLO may bound, with how each is read from a request.
+pub const SLO_METRICS: [(&str, Metric); 3] =
     [("ttft_ms", RequestRecord::ttft), ("tpot_ms", RequestRecord::tpot), ("e2e_ms", |r| Some(r.total()))];
 
 /// Which OpenAI endpoint requests go to.

@@ -1,6 +1,8 @@
 //! What the client sends: the seed's three prompts, or a file of prompts (`--prompts FILE.jsonl`,
 //! one `{"prompt": ...}` or `{"messages": [...]}` per line with an optional `max_tokens`), or a
-//! ShareGPT export (`--sharegpt FILE.json`, each conversation's first human turn). The artifact
+//! ShareGPT export (`--sharegpt FILE.json`, each conversation's first human turn), or synthetic
+//! prompts whose input and output lengths in tokens are drawn from named distributions
+//! (`--input-tokens`, `--output-tokens`), counted with the model's tokenizer. The artifact
 //! records the workload's digest and its length statistics, so two runs say whether they sent
 //! the same requests.
 
@@ -39,6 +41,69 @@ pub enum WorkloadError {
     ShareGpt { path: String, problem: String },
     #[error("{path}: no prompts in it")]
     Empty { path: String },
+    #[error("{path}: {cause}; give --tokenizer DIR, a folder holding the target model's tokenizer.json")]
+    Tokenizer { path: String, cause: String },
+}
+
+/// A distribution of token counts: `fixed:N`, `uniform:LO:HI` (both included) or
+/// `normal:MEAN:SD:LO:HI` (drawn, then held within LO..=HI).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lengths {
+    Fixed(usize),
+    Uniform(usize, usize),
+    Normal { mean: f64, sd: f64, lo: usize, hi: usize },
+}
+
+/// A `--input-tokens` or `--output-tokens` value that names no distribution.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a length distribution: fixed:N, uniform:LO:HI or normal:MEAN:SD:LO:HI, counts from 1 to {max}", max = MAX_SYNTHETIC_TOKENS)]
+pub struct LengthsError(String);
+
+/// The longest synthetic prompt or answer, in tokens.
+pub const MAX_SYNTHETIC_TOKENS: usize = 1 << 17;
+
+impl Lengths {
+    pub fn parse(s: &str) -> Result<Self, LengthsError> {
+        let bad = || LengthsError(s.to_string());
+        let parts: Vec<&str> = s.split(':').collect();
+        let count =
+            |p: &str| p.parse::<usize>().ok().filter(|n| (1..=MAX_SYNTHETIC_TOKENS).contains(n)).ok_or_else(bad);
+        let real = |p: &str| p.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(bad);
+        let lengths = match parts.as_slice() {
+            ["fixed", n] => Lengths::Fixed(count(n)?),
+            ["uniform", lo, hi] => Lengths::Uniform(count(lo)?, count(hi)?),
+            ["normal", mean, sd, lo, hi] => {
+                Lengths::Normal { mean: real(mean)?, sd: real(sd)?, lo: count(lo)?, hi: count(hi)? }
+            }
+            _ => return Err(bad()),
+        };
+        match lengths {
+            Lengths::Uniform(lo, hi) | Lengths::Normal { lo, hi, .. } if lo > hi => Err(bad()),
+            l => Ok(l),
+        }
+    }
+
+    fn draw(self, rng: &mut impl rand::Rng) -> usize {
+        match self {
+            Lengths::Fixed(n) => n,
+            Lengths::Uniform(lo, hi) => rng.random_range(lo..=hi),
+            Lengths::Normal { mean, sd, lo, hi } => {
+                let v = rand_distr::Normal::new(mean, sd)
+                    .map(|d| rand_distr::Distribution::sample(&d, rng))
+                    .unwrap_or(mean);
+                (v.round().max(lo as f64).min(hi as f64)) as usize
+            }
+        }
+    }
+
+    /// As written on the command line.
+    pub fn describe(self) -> String {
+        match self {
+            Lengths::Fixed(n) => format!("fixed:{n}"),
+            Lengths::Uniform(lo, hi) => format!("uniform:{lo}:{hi}"),
+            Lengths::Normal { mean, sd, lo, hi } => format!("normal:{mean}:{sd}:{lo}:{hi}"),
+        }
+    }
 }
 
 impl Workload {
@@ -127,6 +192,58 @@ impl Workload {
         Ok(Self::new("sharegpt", Some(shown), Some(&bytes), items))
     }
 
+    /// `count` synthetic prompts of `input` tokens each (as `tokenizer_dir`'s tokenizer counts
+    /// them: everyday English words drawn from `seed`), each capped at `output` tokens.
+    pub fn synthetic(
+        tokenizer_dir: &Path,
+        shown: &str,
+        input: Lengths,
+        output: Lengths,
+        count: usize,
+        seed: u64,
+    ) -> Result<Self, WorkloadError> {
+        use rand::{Rng, SeedableRng};
+        let path = tokenizer_dir.join("tokenizer.json");
+        let file = format!("{}/tokenizer.json", shown.trim_end_matches('/'));
+        let tokenizer_error = |cause: String| WorkloadError::Tokenizer { path: file.clone(), cause };
+        let bytes = std::fs::read(&path).map_err(|e| tokenizer_error(e.to_string()))?;
+        let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| tokenizer_error(e.to_string()))?;
+        let words: Vec<&str> = common::generate::ENGLISH_WORDS.split_whitespace().collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut items = Vec::with_capacity(count);
+        let mut counts = Vec::with_capacity(count);
+        for i in 0..count {
+            let (want, cap) = (input.draw(&mut rng), output.draw(&mut rng));
+            // Words until the text has enough tokens, then exactly `want` of them, decoded.
+            let mut text = String::new();
+            let ids = loop {
+                for _ in 0..want.max(8) {
+                    text.push_str(words[rng.random_range(0..words.len())]);
+                    text.push(' ');
+                }
+                let enc = tokenizer.encode(text.as_str(), false).map_err(|e| tokenizer_error(e.to_string()))?;
+                if enc.get_ids().len() >= want {
+                    break enc.get_ids()[..want].to_vec();
+                }
+            };
+            let prompt = tokenizer.decode(&ids, true).map_err(|e| tokenizer_error(e.to_string()))?;
+            // What a server counts may differ by a token where the cut split a word.
+            let sent = tokenizer.encode(prompt.as_str(), false).map_err(|e| tokenizer_error(e.to_string()))?;
+            counts.push(sent.get_ids().len() as f64);
+            items.push(Item { name: format!("synthetic-{i}"), prompt, messages: None, max_tokens: Some(cap) });
+        }
+        let mut w = Self::new("synthetic", Some(shown), Some(&bytes), items);
+        let s = common::stats::summarize(&counts);
+        w.record.lengths = Some(format!("input {}, output {}", input.describe(), output.describe()));
+        (
+            w.record.prompt_tokens_min,
+            w.record.prompt_tokens_p50,
+            w.record.prompt_tokens_mean,
+            w.record.prompt_tokens_max,
+        ) = (s.min, s.p50, s.mean, s.max);
+        Ok(w)
+    }
+
     fn new(source: &str, path: Option<&str>, bytes: Option<&[u8]>, items: Vec<Item>) -> Self {
         // The digest of what is sent, so even the built-in prompts compare across versions.
         let canonical: Vec<Value> = items
@@ -150,6 +267,11 @@ impl Workload {
             prompt_chars_mean: s.mean,
             prompt_chars_max: s.max,
             items_with_max_tokens: items.iter().filter(|i| i.max_tokens.is_some()).count(),
+            lengths: None,
+            prompt_tokens_min: None,
+            prompt_tokens_p50: None,
+            prompt_tokens_mean: None,
+            prompt_tokens_max: None,
         };
         Workload { items, record }
     }
@@ -193,6 +315,24 @@ mod tests {
             let err = Workload::jsonl(&path, "p.jsonl").unwrap_err().to_string();
             assert!(err.starts_with(expected), "{err}");
         }
+    }
+
+    #[test]
+    fn length_distributions_parse_and_refuse_what_they_cannot_draw() {
+        assert_eq!(Lengths::parse("fixed:128").unwrap(), Lengths::Fixed(128));
+        assert_eq!(Lengths::parse("uniform:64:256").unwrap(), Lengths::Uniform(64, 256));
+        assert_eq!(
+            Lengths::parse("normal:200:50:16:400").unwrap(),
+            Lengths::Normal { mean: 200.0, sd: 50.0, lo: 16, hi: 400 }
+        );
+        for bad in ["fixed:0", "uniform:9:3", "normal:1:1:5:2", "gauss:3", "fixed:-1", "uniform:1", "fixed:999999999"] {
+            assert!(Lengths::parse(bad).is_err(), "{bad}");
+        }
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(1);
+        let drawn: Vec<usize> =
+            (0..2000).map(|_| Lengths::Normal { mean: 50.0, sd: 30.0, lo: 20, hi: 90 }.draw(&mut rng)).collect();
+        assert!(drawn.iter().all(|n| (20..=90).contains(n)) && drawn.contains(&20) && drawn.contains(&90));
+        assert!((0..500).map(|_| Lengths::Uniform(3, 5).draw(&mut rng)).all(|n| (3..=5).contains(&n)));
     }
 
     #[test]

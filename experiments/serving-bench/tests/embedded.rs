@@ -729,6 +729,33 @@ fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded()
 }
 
 #[test]
+fn synthetic_prompts_have_the_lengths_drawn_as_the_tokenizer_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("synthetic.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", "openai=embedded", "--input-tokens", "fixed:16", "--output-tokens", "uniform:2:4"])
+        .args(["--ignore-eos", "--synthetic-count", "4", "--rounds", "1", "--concurrency", "4"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let w = a.workload.as_ref().unwrap();
+    assert_eq!(
+        (w.source.as_str(), w.items, w.lengths.as_deref()),
+        ("synthetic", 4, Some("input fixed:16, output uniform:2:4"))
+    );
+    // Cut at 16 tokens and decoded: re-encoding gives 16, or one more where the cut split a word.
+    assert!(w.prompt_tokens_min.unwrap() >= 16.0 && w.prompt_tokens_max.unwrap() <= 17.0, "{w:?}");
+    assert!(a.requests.iter().all(|r| r.ok() && (2..=4).contains(&r.output_tokens().0)), "{:?}", a.requests);
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+}
+
+#[test]
 fn replicas_of_one_deployment_are_measured_as_one_target() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, line_a) = serve(&tmp.path().join("models"), &[]);
@@ -770,12 +797,14 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 18] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
         (&["--header", "no-colon-here"], "--header no-colon-here: write NAME:VALUE"),
         (&["--api-key-env", "SERVING_BENCH_SURELY_UNSET"], "the variable is not set"),
+        (&["--input-tokens", "gauss:3"], "`gauss:3` is not a length distribution"),
+        (&["--input-tokens", "fixed:8", "--tokenizer", "/nonexistent"], "/nonexistent/tokenizer.json"),
         (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
         (&["--timeout=-1"], "--timeout <TIMEOUT>': -1: must be above 0"),
         (&["--timeout=1e19"], "at most 604800"),
