@@ -171,6 +171,10 @@ pub struct BenchArgs {
     /// when set]. The key is never recorded; the artifact says only that one was sent.
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,
+    /// Ask OpenAI servers for usage counts with every chunk (vLLM's continuous_usage_stats), so
+    /// inter-token latency is per token rather than per chunk.
+    #[arg(long)]
+    pub continuous_usage: bool,
     /// Skip TLS certificate verification for https targets (recorded in the artifact).
     #[arg(long)]
     pub insecure: bool,
@@ -281,6 +285,7 @@ impl BenchArgs {
             p.endpoint = e;
         }
         p.ignore_eos |= args.ignore_eos;
+        p.continuous_usage |= args.continuous_usage;
         p.tls_insecure |= args.insecure;
         if !args.percentiles.is_empty() {
             p.percentiles = args.percentiles.clone();
@@ -329,7 +334,7 @@ impl BenchArgs {
             "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
-            "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure,
+            "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure, "continuous_usage": self.continuous_usage,
             "prompts": self.prompts, "sharegpt": self.sharegpt,
             "input_tokens": self.input_tokens.map(|l| l.describe()), "output_tokens": self.output_tokens.map(|l| l.describe()),
             "synthetic_count": self.synthetic_count, "tokenizer": self.tokenizer,
@@ -357,6 +362,7 @@ pub fn seed_parameters() -> Parameters {
         arrivals: None,
         endpoint: serving::Endpoint::Chat,
         ignore_eos: false,
+        continuous_usage: false,
         tls_insecure: false,
         percentiles: Vec::new(),
         slo: Default::default(),

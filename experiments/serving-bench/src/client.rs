@@ -97,6 +97,8 @@ pub struct RequestOptions {
     /// Ask the server to ignore end-of-sequence so answers reach `max_tokens` (vLLM's
     /// `ignore_eos`, which the embedded server takes too; Ollama has none).
     pub ignore_eos: bool,
+    /// Ask for usage counts with every chunk (vLLM's `continuous_usage_stats`).
+    pub continuous_usage: bool,
 }
 
 #[cfg(test)]
@@ -271,6 +273,9 @@ fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
             if target.options.ignore_eos {
                 body["ignore_eos"] = json!(true);
             }
+            if target.options.continuous_usage {
+                body["stream_options"]["continuous_usage_stats"] = json!(true);
+            }
             let path = match target.options.endpoint {
                 Endpoint::Chat => {
                     body["messages"] = messages;
@@ -327,6 +332,7 @@ pub async fn measure(
         chunks: 0,
         chunk_gaps_s: Vec::new(),
         arrival: None,
+        chunk_tokens: Vec::new(),
         replica: target.replica(spec.index).0,
     };
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
@@ -417,6 +423,11 @@ async fn stream_into(
                 }
                 Event::NoText => {}
                 Event::Usage { prompt, completion } => {
+                    // A running count right after a chunk with text: that chunk's tokens.
+                    if let (Some(now), true) = (completion, rec.chunk_tokens.len() as u64 + 1 == rec.chunks) {
+                        let before: u64 = rec.chunk_tokens.iter().sum();
+                        rec.chunk_tokens.push(now.saturating_sub(before));
+                    }
                     rec.usage_prompt_tokens = prompt;
                     rec.usage_completion_tokens = completion;
                 }
@@ -440,6 +451,9 @@ async fn stream_into(
         if ended {
             break;
         }
+    }
+    if rec.chunk_tokens.len() as u64 != rec.chunks {
+        rec.chunk_tokens.clear(); // not every chunk had its count: per chunk only
     }
     match (complete, rec.first_token_s) {
         (true, Some(_)) => Ok(()),

@@ -132,7 +132,11 @@ async fn bench(args: BenchArgs) -> Result<()> {
     };
     let (headers, sent_headers) = client::request_headers(&args.header, args.api_key_env.as_deref())?;
     let http = client::http_client(&timeouts, headers, params.tls_insecure);
-    let options = client::RequestOptions { endpoint: params.endpoint, ignore_eos: params.ignore_eos };
+    let options = client::RequestOptions {
+        endpoint: params.endpoint,
+        ignore_eos: params.ignore_eos,
+        continuous_usage: params.continuous_usage,
+    };
 
     let mut embedded_server = None;
     if let (true, Some(prepared)) = (embedded, prepared.as_ref()) {

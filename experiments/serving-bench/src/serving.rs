@@ -91,6 +91,10 @@ pub struct RequestRecord {
     /// Its place in an open-loop schedule; absent in the seed's closed rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrival: Option<Arrival>,
+    /// Generated tokens in each chunk with text, from the server's running usage counts, when it
+    /// sent one with every such chunk (vLLM's `continuous_usage_stats`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_tokens: Vec<u64>,
     /// Which of its runtime's `replicas` served it, for a group of replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<usize>,
@@ -156,6 +160,20 @@ impl RequestRecord {
         } else {
             (self.chunks, TokenSource::Chunks)
         }
+    }
+
+    /// The gaps between its tokens: each gap between two chunks split evenly over the second
+    /// chunk's tokens (from `chunk_tokens`; a chunk without a new token keeps its gap whole).
+    pub fn token_gaps(&self) -> Vec<f64> {
+        let counts = self.chunk_tokens.iter().skip(1);
+        self.chunk_gaps_s
+            .iter()
+            .zip(counts)
+            .flat_map(|(gap, &k)| {
+                let k = k.clamp(1, 1 << 16);
+                std::iter::repeat_n(gap / k as f64, k as usize)
+            })
+            .collect()
     }
 
     /// How late the client sent it: from when the schedule wanted it sent to when it was.
@@ -249,6 +267,12 @@ pub(crate) fn summarize_group(
     put(&mut row, "request_tps", &collect(RequestRecord::request_tps));
     let gaps: Vec<f64> = ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect();
     put(&mut row, "chunk_gap_s", &gaps);
+    // Inter-token latency: per token where every request's chunks carry their token counts,
+    // else per chunk (the same numbers as the chunk gaps), and the row says which.
+    let per_token = !ok.is_empty() && ok.iter().all(|r| r.chunk_tokens.len() as u64 == r.chunks);
+    let itl: Vec<f64> = if per_token { ok.iter().flat_map(|r| r.token_gaps()).collect() } else { gaps };
+    put(&mut row, "itl_s", &itl);
+    row.insert("itl_source".into(), serde_json::json!(if per_token { "usage" } else { "chunks" }));
     // Aggregate throughput: per round, successful output tokens over the round's wall time.
     let mut rounds: BTreeMap<usize, Vec<&RequestRecord>> = BTreeMap::new();
     for r in records {
@@ -427,6 +451,10 @@ pub struct Parameters {
     /// Ask servers to ignore end-of-sequence, so every answer reaches `max_tokens`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_eos: bool,
+    /// Ask OpenAI servers for usage counts with every chunk (`stream_options.continuous_usage_stats`,
+    /// vLLM's), so inter-token latency is per token rather than per chunk.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continuous_usage: bool,
     /// TLS certificates were not verified (`--insecure`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls_insecure: bool,
@@ -718,6 +746,7 @@ mod tests {
             chunks: tokens,
             chunk_gaps_s: vec![0.1; tokens as usize - 1],
             arrival: None,
+            chunk_tokens: Vec::new(),
             replica: None,
         }
     }

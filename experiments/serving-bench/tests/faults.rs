@@ -189,7 +189,7 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     let (headers, names) = request_headers(&specs, Some("SERVING_BENCH_TEST_CREDENTIAL")).unwrap();
     assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
     let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
-    let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true };
+    let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true, continuous_usage: false };
     let target = Target {
         name: "scripted".into(),
         kind: Kind::OpenAi,
@@ -225,6 +225,72 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     let err = request_headers(&[], Some("SERVING_BENCH_TEST_UNSET")).unwrap_err();
     assert_eq!(err.to_string(), "--api-key-env SERVING_BENCH_TEST_UNSET: the variable is not set");
     assert!(request_headers(&["no colon".into()], None).is_err());
+}
+
+#[tokio::test]
+async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
+    let chunk = |t: &str, n: u64| {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":null}}],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":{n}}}}}\n\n")
+    };
+    let script = vec![
+        w(SSE_HEAD),
+        w(&chunk("Hel", 1)),
+        Step::Pause(Duration::from_millis(40)),
+        w(&chunk("lo wor", 3)),
+        Step::Pause(Duration::from_millis(40)),
+        w(&chunk("ld", 4)),
+        w("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n"),
+    ];
+    let (base, seen) = scripted_seeing(script).await;
+    let options = RequestOptions { continuous_usage: true, ..Default::default() };
+    let target = Target {
+        name: "scripted".into(),
+        kind: Kind::OpenAi,
+        base_url: base,
+        model: "m".into(),
+        options,
+        replicas: Vec::new(),
+    };
+    let spec = Spec {
+        concurrency: 1,
+        round: 0,
+        index: 0,
+        prompt_name: "short",
+        prompt: "hi",
+        messages: None,
+        max_tokens: 4,
+        seed: 1,
+    };
+    let t = timeouts();
+    let r = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    assert_eq!((r.chunks, r.chunk_tokens.clone()), (3, vec![1, 2, 1]));
+    let gaps = r.token_gaps();
+    assert_eq!(gaps.len(), 3, "the second chunk's gap splits over its two tokens");
+    assert_eq!((gaps[0], gaps[2]), (r.chunk_gaps_s[0] / 2.0, r.chunk_gaps_s[1]));
+    assert!(String::from_utf8(seen.await.unwrap()).unwrap().contains("\"continuous_usage_stats\":true"));
+    // Without a count on every chunk the record keeps none, and inter-token latency is per chunk.
+    let runtimes = [serving_bench::serving::Runtime {
+        name: "scripted".into(),
+        kind: "openai".into(),
+        base_url: String::new(),
+        model: "m".into(),
+        replicas: Vec::new(),
+    }];
+    let row = &serving_bench::serving::summarize_all(
+        &serving_bench::cli::seed_parameters(),
+        &runtimes,
+        std::slice::from_ref(&r),
+    )[0];
+    assert_eq!((row["itl_source"].as_str(), row["itl_s_n"].as_u64()), (Some("usage"), Some(3)));
+    let plain = run(Kind::OpenAi, scripted(vec![w(&good_sse())]).await, timeouts()).await;
+    assert!(plain.chunk_tokens.is_empty());
+    let row = &serving_bench::serving::summarize_all(
+        &serving_bench::cli::seed_parameters(),
+        &runtimes,
+        std::slice::from_ref(&plain),
+    )[0];
+    assert_eq!(row["itl_source"].as_str(), Some("chunks"));
 }
 
 /// A TLS server with a fresh self-signed certificate, answering each of `connections` with the
