@@ -519,18 +519,9 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     assert!(stdout.contains("embedded-ollama") && stdout.contains("artifact: "), "{stdout}");
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    v["summary"][1]["ttft_s_p50"] = json!(0.001);
-    let map = v.as_object_mut().unwrap();
-    map.remove("seal");
-    let seal = common::artifact::seal(&Value::Object(map.clone()));
-    map.insert("seal".into(), serde_json::to_value(seal).unwrap());
-    let edited = tmp.path().join("edited.json");
-    std::fs::write(&edited, v.to_string()).unwrap();
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&edited);
+    assert_audits_ok(&out);
+    let edited = resealed(&out, |v| v["summary"][1]["ttft_s_p50"] = json!(0.001));
+    let report = audit_of(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().starts_with("summary[1].ttft_s_p50"), "{}", report.first_reason());
 }
@@ -538,18 +529,37 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
 #[test]
 fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("open.json");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(["--target", "openai=embedded", "--request-rate", "40,inf", "--max-concurrency", "3"])
-        .args(["--num-requests", "12", "--warmup-requests", "2", "--max-tokens", "4", "--burstiness", "0.5"])
-        .args(["--slo", "ttft_ms=60000", "--slo", "tpot_ms=60000", "--percentiles", "90"])
-        .args(["--export", "csv", "--export", "vllm"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = bench_run(
+        tmp.path(),
+        "open",
+        &[
+            "--target",
+            "openai=embedded",
+            "--request-rate",
+            "40,inf",
+            "--max-concurrency",
+            "3",
+            "--num-requests",
+            "12",
+            "--warmup-requests",
+            "2",
+            "--max-tokens",
+            "4",
+            "--burstiness",
+            "0.5",
+            "--slo",
+            "ttft_ms=60000",
+            "--slo",
+            "tpot_ms=60000",
+            "--percentiles",
+            "90",
+            "--export",
+            "csv",
+            "--export",
+            "vllm",
+        ],
+    )
+    .expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert_eq!(a.requests.len(), 24);
     assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests.iter().find(|r| !r.ok()));
@@ -574,9 +584,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(10), Some(1.0)), "{row:?}");
         assert!(row["goodput_rps"].as_f64().is_some_and(|g| g > 0.0) && row["ttft_s_p90"].is_number(), "{row:?}");
     }
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    assert_audits_ok(&out);
     // Exports: a CSV row per request, and vLLM's result shape per group, measured requests only.
     let csv = std::fs::read_to_string(out.with_extension("csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 24);
@@ -598,18 +606,51 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     assert!(stems.contains(&"sweep-ttft_s_p99") && stems.contains(&"sweep-tpot_s_p50"), "{stems:?}");
 
     // A request moved off its schedule (sealed again) is named.
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let moved = v["requests"][5]["scheduled_s"].as_f64().unwrap() - 0.004;
-    v["requests"][5]["scheduled_s"] = json!(moved);
+    let edited = resealed(&out, |v| {
+        let moved = v["requests"][5]["scheduled_s"].as_f64().unwrap() - 0.004;
+        v["requests"][5]["scheduled_s"] = json!(moved);
+    });
+    let report = audit_of(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Wrong);
+    assert!(report.first_reason().starts_with("requests[5].scheduled_s"), "{}", report.first_reason());
+}
+
+/// Runs the benchmark with `args` (models generated under `tmp`), its artifact at
+/// `tmp/<name>.json`; the artifact's path, or the run's error output.
+fn bench_run(tmp: &Path, name: &str, args: &[&str]) -> Result<PathBuf, String> {
+    let out = tmp.join(format!("{name}.json"));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.join("models"))
+        .args(args)
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    o.status.success().then_some(out).ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The audit of one artifact, the serving benchmark registered.
+fn audit_of(path: &Path) -> common::finding::Report {
+    let ws = common::workspace::Workspace { root: root() };
+    audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(path)
+}
+
+fn assert_audits_ok(path: &Path) {
+    let report = audit_of(path);
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+}
+
+/// The artifact at `path` edited by `edit` and sealed again (as a forger would), beside it.
+fn resealed(path: &Path, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut v);
     let map = v.as_object_mut().unwrap();
     map.remove("seal");
     let seal = common::artifact::seal(&Value::Object(map.clone()));
     map.insert("seal".into(), serde_json::to_value(seal).unwrap());
-    let edited = tmp.path().join("edited.json");
+    let edited = path.with_file_name("edited.json");
     std::fs::write(&edited, v.to_string()).unwrap();
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&edited);
-    assert_eq!(report.verdict, audit::Verdict::Wrong);
-    assert!(report.first_reason().starts_with("requests[5].scheduled_s"), "{}", report.first_reason());
+    edited
 }
 
 /// Starts `serving-bench serve` with `args`; returns the child (its stdout still open) and the
@@ -669,16 +710,13 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let (child, line) = serve(&tmp.path().join("models"), &[]);
     let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
     let target = format!("openai={}", url.replace("http://", "http://alice:s3cret@"));
-    let out = tmp.path().join("bench.json");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(["--target", &target, "--rounds", "1", "--concurrency", "1", "--max-tokens", "4"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let run = bench_run(
+        tmp.path(),
+        "bench",
+        &["--target", &target, "--rounds", "1", "--concurrency", "1", "--max-tokens", "4"],
+    );
     interrupt(child);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = run.expect("the benchmark run");
     let text = std::fs::read_to_string(&out).unwrap();
     for leak in ["alice", "s3cret"] {
         assert!(!text.contains(leak), "{leak} is in the artifact");
@@ -687,9 +725,7 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     assert!(a.requests.len() == 1 && a.requests[0].ok(), "{:?}", a.requests);
     assert!(a.runtimes[0].base_url.starts_with("http://<redacted>@127.0.0.1:"), "{:?}", a.runtimes);
     // The audit re-reads the redacted command line and finds it consistent.
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    assert_audits_ok(&out);
 }
 
 #[test]
@@ -702,15 +738,22 @@ fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded()
          {\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Why?\"}], \"max_tokens\": 5}\n",
     )
     .unwrap();
-    let out = tmp.path().join("file.json");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(["--target", "openai=embedded", "--prompts", file.to_str().unwrap(), "--ignore-eos"])
-        .args(["--rounds", "1", "--concurrency", "4", "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = bench_run(
+        tmp.path(),
+        "file",
+        &[
+            "--target",
+            "openai=embedded",
+            "--prompts",
+            file.to_str().unwrap(),
+            "--ignore-eos",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "4",
+        ],
+    )
+    .expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     let sent: Vec<(&str, u64)> = a.requests.iter().map(|r| (r.prompt.as_str(), r.output_tokens().0)).collect();
     // In turn, each with its own cap, reached because end-of-sequence is ignored.
@@ -723,24 +766,32 @@ fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded()
         Some(common::digest::bytes_digest(&bytes, common::digest::Algorithm::Sha256).as_str())
     );
     assert_eq!(a.prompts.len(), 2);
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    assert_audits_ok(&out);
 }
 
 #[test]
 fn synthetic_prompts_have_the_lengths_drawn_as_the_tokenizer_counts() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("synthetic.json");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(["--target", "openai=embedded", "--input-tokens", "fixed:16", "--output-tokens", "uniform:2:4"])
-        .args(["--ignore-eos", "--synthetic-count", "4", "--rounds", "1", "--concurrency", "4"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = bench_run(
+        tmp.path(),
+        "synthetic",
+        &[
+            "--target",
+            "openai=embedded",
+            "--input-tokens",
+            "fixed:16",
+            "--output-tokens",
+            "uniform:2:4",
+            "--ignore-eos",
+            "--synthetic-count",
+            "4",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "4",
+        ],
+    )
+    .expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     let w = a.workload.as_ref().unwrap();
     assert_eq!(
@@ -750,9 +801,7 @@ fn synthetic_prompts_have_the_lengths_drawn_as_the_tokenizer_counts() {
     // Cut at 16 tokens and decoded: re-encoding gives 16, or one more where the cut split a word.
     assert!(w.prompt_tokens_min.unwrap() >= 16.0 && w.prompt_tokens_max.unwrap() <= 17.0, "{w:?}");
     assert!(a.requests.iter().all(|r| r.ok() && (2..=4).contains(&r.output_tokens().0)), "{:?}", a.requests);
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    assert_audits_ok(&out);
 }
 
 #[test]
@@ -762,26 +811,32 @@ fn replicas_of_one_deployment_are_measured_as_one_target() {
     let (b, line_b) = serve(&tmp.path().join("models"), &[]);
     let url = |line: &str| line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
     let (url_a, url_b) = (url(&line_a), url(&line_b));
-    let out = tmp.path().join("pool.json");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(["--target", &format!("openai={url_a}@pool"), "--target", &format!("openai={url_b}@pool")])
-        .args(["--rounds", "1", "--concurrency", "4", "--max-tokens", "4", "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let run = bench_run(
+        tmp.path(),
+        "pool",
+        &[
+            "--target",
+            &format!("openai={url_a}@pool"),
+            "--target",
+            &format!("openai={url_b}@pool"),
+            "--rounds",
+            "1",
+            "--concurrency",
+            "4",
+            "--max-tokens",
+            "4",
+        ],
+    );
     interrupt(a);
     interrupt(b);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = run.expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert_eq!(a.runtimes.len(), 1);
     assert_eq!((a.runtimes[0].name.as_str(), a.runtimes[0].replicas.clone()), ("pool", vec![url_a, url_b]));
     let served: Vec<Option<usize>> = a.requests.iter().map(|r| r.replica).collect();
     assert_eq!(served, [Some(0), Some(1), Some(0), Some(1)]);
     assert!(a.requests.iter().all(|r| r.ok() && r.runtime == "pool"), "{:?}", a.requests);
-    let ws = common::workspace::Workspace { root: root() };
-    let report = audit::Audit::new(&ws, &[&serving_bench::ServingBench]).audit_artifact(&out);
-    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
+    assert_audits_ok(&out);
 }
 
 /// A tiny blocking GET for the test above (the server runs in another process).

@@ -92,14 +92,11 @@ fn timeouts() -> Timeouts {
 }
 
 async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
-    let target = Target {
-        name: "scripted".into(),
-        kind,
-        base_url: base,
-        model: "m".into(),
-        options: Default::default(),
-        replicas: Vec::new(),
-    };
+    run_with(&http_client(&t, Default::default(), false), target(kind, base, Default::default()), t).await
+}
+
+/// One request for "hi" (at most 3 tokens) to `target` through `http`.
+async fn run_with(http: &reqwest::Client, target: Target, t: Timeouts) -> RequestRecord {
     let spec = Spec {
         concurrency: 1,
         round: 0,
@@ -110,7 +107,11 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
         max_tokens: 3,
         seed: 1,
     };
-    measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await
+    measure(http, &target, &spec, &t, Instant::now(), None).await
+}
+
+fn target(kind: Kind, base: String, options: RequestOptions) -> Target {
+    Target { name: "scripted".into(), kind, base_url: base, model: "m".into(), options, replicas: Vec::new() }
 }
 
 fn w(s: &str) -> Step {
@@ -190,26 +191,9 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
     let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
     let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true, continuous_usage: false };
-    let target = Target {
-        name: "scripted".into(),
-        kind: Kind::OpenAi,
-        base_url: base,
-        model: "m".into(),
-        options,
-        replicas: Vec::new(),
-    };
-    let spec = Spec {
-        concurrency: 1,
-        round: 0,
-        index: 0,
-        prompt_name: "short",
-        prompt: "hi",
-        messages: None,
-        max_tokens: 3,
-        seed: 1,
-    };
+    let target = target(Kind::OpenAi, base, options);
     let t = timeouts();
-    let r = measure(&http_client(&t, headers, false), &target, &spec, &t, Instant::now(), None).await;
+    let r = run_with(&http_client(&t, headers, false), target, t).await;
     assert_eq!(r.error, None, "{:?}", r.error_detail);
     let request = String::from_utf8(seen.await.unwrap()).unwrap();
     let lower = request.to_ascii_lowercase();
@@ -243,26 +227,9 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
     ];
     let (base, seen) = scripted_seeing(script).await;
     let options = RequestOptions { continuous_usage: true, ..Default::default() };
-    let target = Target {
-        name: "scripted".into(),
-        kind: Kind::OpenAi,
-        base_url: base,
-        model: "m".into(),
-        options,
-        replicas: Vec::new(),
-    };
-    let spec = Spec {
-        concurrency: 1,
-        round: 0,
-        index: 0,
-        prompt_name: "short",
-        prompt: "hi",
-        messages: None,
-        max_tokens: 4,
-        seed: 1,
-    };
+    let target = target(Kind::OpenAi, base, options);
     let t = timeouts();
-    let r = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
+    let r = run_with(&http_client(&t, Default::default(), false), target, t).await;
     assert_eq!(r.error, None, "{:?}", r.error_detail);
     assert_eq!((r.chunks, r.chunk_tokens.clone()), (3, vec![1, 2, 1]));
     let gaps = r.token_gaps();
@@ -334,29 +301,12 @@ async fn tls_server(connections: usize) -> String {
 #[tokio::test]
 async fn https_verifies_certificates_unless_told_not_to() {
     let base = tls_server(2).await;
-    let target = Target {
-        name: "tls".into(),
-        kind: Kind::OpenAi,
-        base_url: base,
-        model: "m".into(),
-        options: Default::default(),
-        replicas: Vec::new(),
-    };
-    let spec = Spec {
-        concurrency: 1,
-        round: 0,
-        index: 0,
-        prompt_name: "short",
-        prompt: "hi",
-        messages: None,
-        max_tokens: 3,
-        seed: 1,
-    };
+    let target = target(Kind::OpenAi, base, Default::default());
     let t = timeouts();
-    let verified = measure(&http_client(&t, Default::default(), false), &target, &spec, &t, Instant::now(), None).await;
+    let verified = run_with(&http_client(&t, Default::default(), false), target.clone(), t).await;
     assert_eq!(verified.error, Some(ErrorClass::Connect), "{:?}", verified.error_detail);
     assert!(verified.error_detail.unwrap().to_lowercase().contains("certificate"));
-    let insecure = measure(&http_client(&t, Default::default(), true), &target, &spec, &t, Instant::now(), None).await;
+    let insecure = run_with(&http_client(&t, Default::default(), true), target, t).await;
     assert_eq!(insecure.error, None, "{:?}", insecure.error_detail);
     assert_eq!(insecure.chunks, 2);
 }
