@@ -28,11 +28,13 @@ fn main() {
     }
 }
 
-/// The newest artifact of each experiment in each folder holding artifacts (one per experiment and
-/// manifest).
+/// The newest artifact of each kind in each folder holding artifacts (one per experiment and
+/// manifest; in `artifacts/bench/`, one per experiment and file-name prefix, such as `serving-`
+/// and `serving-sweep-`).
 fn newest_per_manifest(dir: &Path, reports: &Path) -> Vec<PathBuf> {
-    // Keyed by folder and experiment: `artifacts/bench/` holds several experiments' artifacts.
-    let mut newest: std::collections::BTreeMap<(PathBuf, String), PathBuf> = Default::default();
+    // Keyed by folder, experiment and the name before its time stamp: `artifacts/bench/` holds
+    // several experiments' artifacts, and one experiment's of several kinds.
+    let mut newest: std::collections::BTreeMap<(PathBuf, String, String), PathBuf> = Default::default();
     for file in audit::artifact_files(dir).into_iter().filter(|f| !f.starts_with(reports)) {
         let parent = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let experiment = std::fs::read(&file)
@@ -40,7 +42,9 @@ fn newest_per_manifest(dir: &Path, reports: &Path) -> Vec<PathBuf> {
             .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
             .and_then(|v| v.pointer("/provenance/experiment").and_then(|e| e.as_str()).map(str::to_string))
             .unwrap_or_default();
-        let key = (parent, experiment);
+        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let kind: String = stem.chars().take_while(|c| !c.is_ascii_digit()).collect();
+        let key = (parent, experiment, kind);
         if newest.get(&key).is_none_or(|current| file > *current) {
             newest.insert(key, file);
         }
