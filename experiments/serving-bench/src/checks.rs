@@ -105,7 +105,7 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
             Some(a) => groups.entry((r.runtime.as_str(), a.rate_rps.map(f64::to_bits))).or_default().push((i, r)),
         }
     }
-    let planned = arrivals.num_requests.unwrap_or(usize::MAX);
+    let planned = arrivals.num_requests.unwrap_or(crate::serving::MAX_COUNT);
     for ((runtime, rate), group) in groups {
         let rate = rate.map(f64::from_bits);
         let at = |i: usize, k: &str| format!("requests[{i}].{k}");

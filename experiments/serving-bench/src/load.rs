@@ -10,7 +10,7 @@
 //! the one promised.
 
 use crate::client::{measure, Spec, Target, Timeouts};
-use crate::serving::{Arrival, Arrivals, RequestRecord};
+use crate::serving::{Arrival, Arrivals, RequestRecord, MAX_COUNT};
 use crate::workload::Item;
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -21,14 +21,15 @@ use std::time::{Duration, Instant};
 /// the first at 0, then gaps drawn from a gamma distribution of shape `burstiness` and mean
 /// `1 / rate` (shape 1 is Poisson arrivals; below 1 burstier, above 1 more even), from a
 /// generator seeded by `seed`, so the audit can draw the same schedule again. At most
-/// `max_requests` arrivals, and none after `duration_s`.
+/// `max_requests` arrivals (and never more than [`MAX_COUNT`], whatever a file asks), and none
+/// after `duration_s`.
 pub fn schedule(seed: u64, rate: f64, burstiness: f64, max_requests: usize, duration_s: Option<f64>) -> Vec<f64> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     // Validated parameters make the distribution valid; an invalid one draws no gaps.
     let Ok(gaps) = rand_distr::Gamma::new(burstiness, 1.0 / (burstiness * rate)) else { return vec![0.0] };
     let mut at = 0.0;
     let mut out = Vec::new();
-    while out.len() < max_requests && duration_s.is_none_or(|d| at <= d) {
+    while out.len() < max_requests.min(MAX_COUNT) && duration_s.is_none_or(|d| at <= d) {
         out.push(at);
         at += gaps.sample(&mut rng);
     }
@@ -51,7 +52,7 @@ pub async fn run_group(
     progress: &indicatif::ProgressBar,
 ) -> Vec<RequestRecord> {
     let cap = arrivals.max_concurrency.map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
-    let planned = arrivals.num_requests.unwrap_or(usize::MAX);
+    let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
     let offsets = rate.map(|r| schedule(seed, r, arrivals.burstiness, planned, arrivals.duration_s));
     let start = Instant::now();
     let stop = arrivals.duration_s.map(|d| start + Duration::from_secs_f64(d));

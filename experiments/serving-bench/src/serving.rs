@@ -629,6 +629,14 @@ impl Arrivals {
                 ));
             }
         }
+        if let (None, Some(d)) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| **r * d > MAX_COUNT as f64) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d} s at {r} requests/s is more than {MAX_COUNT} requests; give num_requests or a shorter duration"),
+                ));
+            }
+        }
         if self.num_requests.is_none() && self.duration_s.is_none() {
             return Err(Invalid::new(
                 "arrivals",

@@ -852,7 +852,7 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 18] = [
+    let cases: [(&[&str], &str); 19] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
@@ -871,6 +871,7 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--request-rate", "5", "--burstiness", "0"], "arrivals.burstiness: 0"),
         (&["--request-rate", "5", "--num-requests", "10", "--warmup-requests", "10"], "arrivals.warmup_requests"),
         (&["--request-rate", "inf", "--duration", "5"], "arrivals.num_requests"),
+        (&["--request-rate", "1000000", "--duration", "604800"], "is more than 1048576 requests"),
     ];
     for (args, expected) in cases {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
