@@ -13,6 +13,8 @@
 //! becomes a finding.
 
 use common::artifact::{check_seal, SEAL_KEY};
+use common::claim::Claim;
+use common::evidence::ClaimResult;
 use common::experiment::{AnyManifest, Experiment};
 use common::finding::{diff_values, Findings, Report, Severity};
 use common::manifest::{manifest_sha256, read_experiment_manifest};
@@ -139,13 +141,17 @@ impl Audit<'_> {
         self.check_source(&body, &mut f);
         check_argv(kind, manifest.as_ref(), &body, &mut f);
         let mut expectations = None;
+        let mut expectations_apply = false;
         if let Some(m) = &manifest {
             check_pin(ws, m, &body, &mut f);
             let recorded = body.pointer("/provenance/settings/effective").cloned().unwrap_or(Value::Null);
             let differences = diff_values(&recorded, &m.parameters, "parameters");
             let own_folder = manifest_path.as_deref().map(|rel| own_folder(ws, &experiment, rel));
             match differences.first() {
-            None => expectations = m.expectations.clone(),
+            None => {
+                expectations = m.expectations.clone();
+                expectations_apply = true;
+            }
             Some((field, msg)) if own_folder.as_deref().is_some_and(|dir| path.parent() == Some(dir)) => f.wrong(
                 "parameters",
                 field.clone(),
@@ -166,6 +172,12 @@ impl Audit<'_> {
         match checked {
             Ok(own) => f.0.extend(own.0),
             Err(panic) => f.wrong("invariants", "", format!("the {experiment} checks panicked: {panic}")),
+        }
+        // The manifest's claims apply when the run had its parameters (a custom run is judged on
+        // the claims it stored, which are recomputed all the same).
+        let stated = manifest.as_ref().filter(|_| expectations_apply).map(|m| m.claims.as_slice());
+        if let Err(panic) = guarded(|| check_claims(kind, stated, &body, &mut f)) {
+            f.wrong("claims", "claims", format!("recomputing the claims panicked: {panic}"));
         }
         f.into_report(shown, Some(experiment), manifest_path)
     }
@@ -198,6 +210,29 @@ impl Audit<'_> {
                 "",
                 format!("not recognised as an artifact of any registered experiment ({})", self.names()),
             ),
+        }
+        if let Some(kind) = kind {
+            // One run of each configuration: a point estimate per claim, never a verdict.
+            let judged = guarded(|| common::experiment::claims_of(self.ws, kind, &value)).unwrap_or_default();
+            for (i, r) in judged.iter().enumerate() {
+                let ratios: Vec<String> = r
+                    .pairs
+                    .iter()
+                    .map(|p| format!("{} / {} = {}", p.later, p.earlier, common::evidence::describe_ratio(p)))
+                    .collect();
+                let scope = r.scope.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+                f.note(
+                    "claims",
+                    format!("claims[{i}]"),
+                    format!(
+                        "`{}`{scope} (expected {}): {}: {}",
+                        r.claim.id,
+                        r.claim.expect.describe(),
+                        ratios.join(", "),
+                        r.verdict.name()
+                    ),
+                );
+            }
         }
         let redactor = common::artifact::Redactor { home: None, secrets: Vec::new() };
         leaks(&value, String::new(), &redactor, &mut f);
@@ -442,6 +477,52 @@ fn check_manifest(ws: &Workspace, rel: &str, body: &Value, f: &mut Findings) -> 
         f.wrong("manifest", "provenance.experiment", format!("the manifest is for `{}`", manifest.experiment));
     }
     Some(manifest)
+}
+
+/// The stored verdicts against the ones the recorded rounds give, and (for a run with its
+/// manifest's parameters) the claims judged against the ones the manifest states.
+fn check_claims(kind: &dyn Experiment, stated: Option<&[Claim]>, body: &Value, f: &mut Findings) {
+    let stored: Vec<ClaimResult> = match body.get("claims") {
+        None => Vec::new(),
+        Some(v) => match serde_json::from_value(v.clone()) {
+            Ok(s) => s,
+            Err(e) => return f.wrong("claims", "claims", format!("does not read as judged claims: {e}")),
+        },
+    };
+    let mut judged: Vec<Claim> = Vec::new();
+    for r in &stored {
+        if !judged.iter().any(|c| c.id == r.claim.id) {
+            judged.push(r.claim.clone());
+        }
+    }
+    let recomputed = common::evidence::judge(&judged, &kind.observations(body));
+    for i in 0..stored.len().max(recomputed.len()) {
+        let (s, r) = (stored.get(i), recomputed.get(i));
+        if s != r {
+            let says = |x: Option<&ClaimResult>| match x {
+                None => "nothing".to_string(),
+                Some(x) => {
+                    let ratios: Vec<String> = x.pairs.iter().map(common::evidence::describe_ratio).collect();
+                    format!("{} ({})", x.verdict.name(), ratios.join(", "))
+                }
+            };
+            f.wrong(
+                "claims",
+                format!("claims[{i}]"),
+                format!("stored {}, but the recorded rounds give {}", says(s), says(r)),
+            );
+        }
+    }
+    if let Some(stated) = stated {
+        if stated != judged.as_slice() {
+            f.add(
+                Severity::Stale,
+                "claims",
+                "claims",
+                "the run judged other claims than its manifest states now: re-run to judge the manifest's",
+            );
+        }
+    }
 }
 
 fn short(hex: &str) -> &str {

@@ -8,6 +8,7 @@ pub enum Chart {
     Timeline(Timeline),
     Grouped(Grouped),
     Lines(Lines),
+    Forest(Forest),
 }
 
 /// One artifact's part of a report page: Markdown that embeds its charts as `![alt](<dir>/<stem>.svg)`
@@ -80,4 +81,47 @@ pub struct Lines {
     pub y_label: String,
     /// (series, points (x, y))
     pub lines: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Claims as a forest plot: one row per claim and pair of runs, the median paired ratio with its
+/// interval on a logarithmic axis, the expected range shaded behind it, coloured by verdict.
+#[derive(Debug, Clone)]
+pub struct Forest {
+    pub title: String,
+    pub rows: Vec<ForestRow>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ForestRow {
+    pub label: String,
+    pub estimate: f64,
+    pub interval: Option<(f64, f64)>,
+    pub at_least: Option<f64>,
+    pub at_most: Option<f64>,
+    pub verdict: crate::evidence::Verdict,
+}
+
+impl Forest {
+    /// The rows of `results` (each labelled with its claim, scope and pair of runs, after
+    /// `prefix`), leaving out pairs without an estimate.
+    pub fn of(title: &str, results: &[(String, &crate::evidence::ClaimResult)]) -> Forest {
+        let mut rows = Vec::new();
+        for (prefix, r) in results {
+            let bounds = r.claim.expect.bounds();
+            for pair in &r.pairs {
+                let Some(estimate) = pair.estimate else { continue };
+                let scope = r.scope.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+                let runs = if r.pairs.len() > 1 { format!(" {}/{}", pair.later, pair.earlier) } else { String::new() };
+                rows.push(ForestRow {
+                    label: format!("{prefix}{}{scope}{runs}", r.claim.id),
+                    estimate,
+                    interval: pair.low.zip(pair.high),
+                    at_least: bounds.at_least,
+                    at_most: bounds.at_most,
+                    verdict: pair.verdict,
+                });
+            }
+        }
+        Forest { title: title.to_string(), rows }
+    }
 }

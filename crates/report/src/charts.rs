@@ -1,7 +1,8 @@
 //! The charts, each drawn once per backend (SVG and PNG) from the same code. Nothing in them
 //! depends on the clock, so the same artifact always renders to the same bytes.
 
-use common::chart::{Chart, Grouped, Lines, Timeline};
+use common::chart::{Chart, Forest, Grouped, Lines, Timeline};
+use common::evidence::Verdict;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -43,6 +44,7 @@ pub fn render(chart: &Chart, stem: &Path) -> Result<(), DrawError> {
         Chart::Timeline(c) => render_one(c, stem),
         Chart::Grouped(c) => render_one(c, stem),
         Chart::Lines(c) => render_one(c, stem),
+        Chart::Forest(c) => render_one(c, stem),
     }
 }
 
@@ -245,5 +247,75 @@ impl Draw for Lines {
             chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
+}
+
+impl Draw for Forest {
+    fn size(&self) -> (u32, u32) {
+        (1000, 110 + 34 * self.rows.len().max(1) as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
+        // Ratios on a log10 axis, spanning every estimate, interval and bound, and 1.
+        let log = |x: f64| x.max(1e-12).log10();
+        let values = self.rows.iter().flat_map(|r| {
+            let (lo, hi) = r.interval.unwrap_or((r.estimate, r.estimate));
+            [Some(r.estimate), Some(lo), Some(hi), r.at_least, r.at_most]
+        });
+        let logs: Vec<f64> = values.flatten().filter(|v| v.is_finite() && *v > 0.0).map(log).chain([0.0]).collect();
+        let (lo, hi) = (
+            logs.iter().copied().fold(f64::INFINITY, f64::min),
+            logs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        let pad = ((hi - lo) * 0.08).max(0.05);
+        let (left, right) = (lo - pad, hi + pad);
+        let n = self.rows.len().max(1) as f64;
+        let labels: Vec<String> = self.rows.iter().map(|r| r.label.clone()).collect();
+        let mut chart = frame(area, &self.title, 330)?.build_cartesian_2d(left..right, 0f64..n).map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_desc("ratio, later run / earlier run (log scale); shaded: the expected range")
+            .x_label_formatter(&|x| format!("{:.3}", 10f64.powf(*x)))
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        // Row i sits at the band (n - i - 1 .. n - i), the first row on top.
+        let y = |i: usize| n - i as f64 - 0.5;
+        chart
+            .draw_series(self.rows.iter().enumerate().map(|(i, r)| {
+                let from = r.at_least.map(log).unwrap_or(left).max(left);
+                let to = r.at_most.map(log).unwrap_or(right).min(right);
+                Rectangle::new([(from, y(i) - 0.4), (to, y(i) + 0.4)], RGBColor(44, 160, 44).mix(0.12).filled())
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series([PathElement::new(vec![(0.0, 0.0), (0.0, n)], BLACK.mix(0.5).stroke_width(1))])
+            .map_err(err)?;
+        for (i, r) in self.rows.iter().enumerate() {
+            let color = match r.verdict {
+                Verdict::Holds => PALETTE[2],
+                Verdict::Fails => PALETTE[3],
+                Verdict::Inconclusive => PALETTE[7],
+            };
+            if let Some((lo, hi)) = r.interval {
+                chart
+                    .draw_series([PathElement::new(vec![(log(lo), y(i)), (log(hi), y(i))], color.stroke_width(3))])
+                    .map_err(err)?;
+            }
+            chart.draw_series([Circle::new((log(r.estimate), y(i)), 5, color.filled())]).map_err(err)?;
+            chart
+                .draw_series([Text::new(
+                    format!("{}  ({})", labels[i], r.verdict.name()),
+                    (left, y(i)),
+                    ("sans-serif", 13).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Right,
+                        plotters::style::text_anchor::VPos::Center,
+                    )),
+                )])
+                .map_err(err)?;
+        }
+        Ok(())
     }
 }

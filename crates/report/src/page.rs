@@ -4,7 +4,7 @@
 use crate::charts::render;
 use crate::view::Artifact;
 use crate::ReportError;
-use common::chart::cell;
+use common::chart::{cell, Chart, Forest, Section};
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
@@ -17,11 +17,99 @@ pub fn section(a: &Artifact, out: &Path) -> Result<String, ReportError> {
         .map_err(|cause| ReportError::Section { name: a.name.clone(), cause })?;
     let dir = out.join(&a.name);
     std::fs::create_dir_all(&dir).map_err(|cause| ReportError::Io { path: dir.display().to_string(), cause })?;
+    let mut section = section;
+    claims_section(a, &mut section);
     for (stem, chart) in &section.charts {
         let stem = dir.join(stem);
         render(chart, &stem).map_err(|cause| ReportError::Draw { path: stem.display().to_string(), cause })?;
     }
     Ok(section.markdown)
+}
+
+/// Each claim on a line (what it states, what was expected, the measured ratio and interval,
+/// the verdict), then their forest plot.
+fn claims_section(a: &Artifact, section: &mut Section) {
+    if a.claims.is_empty() {
+        return;
+    }
+    let md = &mut section.markdown;
+    let _ = writeln!(md, "### Claims\n\nJudged by {}.\n", common::evidence::METHOD);
+    let _ = writeln!(md, "| claim | statement | expected | runs (later / earlier) | rounds | ratio [interval] | verdict |\n|---|---|---|---|---|---|---|");
+    for r in &a.claims {
+        let scope = r.scope.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+        for (i, p) in r.pairs.iter().enumerate() {
+            let (id, statement, expected) = if i == 0 {
+                (format!("`{}`{scope}", r.claim.id), r.claim.statement.replace('|', "/"), r.claim.expect.describe())
+            } else {
+                Default::default()
+            };
+            let verdict = if r.pairs.len() == 1 {
+                r.verdict.name().to_string()
+            } else {
+                format!("{} (claim: {})", p.verdict.name(), r.verdict.name())
+            };
+            let _ = writeln!(
+                md,
+                "| {id} | {statement} | {expected} | {} / {} | {} | {} | **{verdict}** |",
+                p.later,
+                p.earlier,
+                p.ratios.len(),
+                common::evidence::describe_ratio(p)
+            );
+        }
+    }
+    let notes: Vec<String> =
+        a.claims.iter().filter_map(|r| Some(format!("- `{}`: {}", r.claim.id, r.note.as_ref()?))).collect();
+    if !notes.is_empty() {
+        let _ = writeln!(md, "\n{}", notes.join("\n"));
+    }
+    md.push('\n');
+    let rows: Vec<(String, &common::evidence::ClaimResult)> = a.claims.iter().map(|c| (String::new(), c)).collect();
+    let forest = Forest::of(&format!("Claims: {}", a.name), &rows);
+    if !forest.rows.is_empty() {
+        section.image("claims", "claims: paired ratios with their intervals", Chart::Forest(forest));
+    }
+}
+
+/// How each claim fared in each artifact (A, B, ...): verdict, ratio and interval per pair.
+fn compare_claims(artifacts: &[Artifact], letters: &[String], md: &mut String) {
+    let mut keys: Vec<(String, Option<String>)> = Vec::new();
+    for r in artifacts.iter().flat_map(|a| &a.claims) {
+        let key = (r.claim.id.clone(), r.scope.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    if keys.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nClaims, as each artifact judged them (ratio [interval], verdict):\n\n| claim | expected | {} |\n|---|---|{}",
+        letters.join(" | "),
+        "---|".repeat(letters.len())
+    );
+    for (id, scope) in keys {
+        let mut expected = String::new();
+        let cells: Vec<String> = artifacts
+            .iter()
+            .map(|a| match a.claims.iter().find(|r| r.claim.id == id && r.scope == scope) {
+                None => "(not judged)".into(),
+                Some(r) => {
+                    expected = r.claim.expect.describe();
+                    let ratios: Vec<String> = r.pairs.iter().map(common::evidence::describe_ratio).collect();
+                    format!(
+                        "{} ({} rounds): **{}**",
+                        ratios.join(", "),
+                        r.pairs.iter().map(|p| p.ratios.len()).min().unwrap_or(0),
+                        r.verdict.name()
+                    )
+                }
+            })
+            .collect();
+        let scope = scope.map(|s| format!(" [{s}]")).unwrap_or_default();
+        let _ = writeln!(md, "| `{id}`{scope} | {expected} | {} |", cells.join(" | "));
+    }
 }
 
 /// Provenance facts worth comparing, as (label, JSON pointer); the seeds have an `environment`
@@ -83,6 +171,7 @@ pub fn compare(artifacts: &[Artifact]) -> Result<String, ReportError> {
         }
         let _ = writeln!(md, "{line}");
     }
+    compare_claims(artifacts, &letters, &mut md);
     let _ = writeln!(
         md,
         "\nProvenance that differs:\n\n| fact | {} |\n|---|{}",

@@ -3,7 +3,9 @@
 //! that recognises a foreign file.
 
 use crate::ReportError;
+use common::evidence::ClaimResult;
 use common::experiment::Experiment;
+use common::workspace::Workspace;
 use serde_json::Value;
 use std::path::Path;
 
@@ -13,10 +15,13 @@ pub struct Artifact<'a> {
     pub name: String,
     pub kind: &'a dyn Experiment,
     pub value: Value,
+    /// Its claims as judged: stored in ours, judged on the manifests' claims for a foreign one.
+    pub claims: Vec<ClaimResult>,
 }
 
-/// Reads the artifact at `path` (ours or foreign) and finds its experiment among `experiments`.
-pub fn load<'a>(path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artifact<'a>, ReportError> {
+/// Reads the artifact at `path` (ours or foreign) and finds its experiment among `experiments`;
+/// `ws`'s manifests give a foreign one its claims.
+pub fn load<'a>(ws: &Workspace, path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artifact<'a>, ReportError> {
     let shown = || path.display().to_string();
     let bytes = std::fs::read(path).map_err(|cause| ReportError::Io { path: shown(), cause })?;
     let mut value: Value =
@@ -33,5 +38,6 @@ pub fn load<'a>(path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artif
         known: experiments.iter().map(|e| e.name()).collect::<Vec<_>>().join(", "),
     })?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "artifact".into());
-    Ok(Artifact { name, kind, value })
+    let claims = common::experiment::claims_of(ws, kind, &value);
+    Ok(Artifact { name, kind, value, claims })
 }

@@ -2,13 +2,14 @@
 //! pinned model's files are found (or made) and verified before anything loads them.
 //!
 //! - [`digest`], [`pin`], [`manifest`], [`workspace`]: digests, model pins, experiment manifests,
-//!   the workspace's folders.
+//!   the workspace's folders; [`claim`]: the findings a manifest states.
 //! - [`resolve`], [`generate`]: finding (or generating) a pinned model's files, verified.
 //! - [`config`], [`weights`]: a checkpoint's `config.json`, and the precision its weights are held in.
 //! - [`gguf`]: export of a checkpoint for llama.cpp.
 //!
 //! Knows nothing of the engine or of any experiment.
 
+pub mod claim;
 pub mod config;
 pub mod digest;
 pub mod generate;

@@ -23,6 +23,9 @@ pub struct ExperimentManifest<P, E> {
     pub expectations: Option<E>,
     /// The source hash the expectations were pinned at (`just pin` updates it).
     pub source_sha256: Option<String>,
+    /// What the runs are expected to show, judged on their rounds (see [`crate::claim`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<crate::claim::Claim>,
 }
 
 /// A manifest parameter out of its range, found before anything runs: `field` is its path in the

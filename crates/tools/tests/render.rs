@@ -74,7 +74,7 @@ fn png_size(path: &Path) -> (u32, u32) {
 
 fn render_all(inputs: &[PathBuf], out: &Path) -> String {
     report::init_font().unwrap();
-    inputs.iter().map(|p| report::section(&report::load(p, EXPERIMENTS).unwrap(), out).unwrap()).collect()
+    inputs.iter().map(|p| report::section(&report::load(&workspace(), p, EXPERIMENTS).unwrap(), out).unwrap()).collect()
 }
 
 #[test]
@@ -164,7 +164,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 fn artifacts_compare_side_by_side_with_ratios_and_provenance() {
     let tmp = tempfile::tempdir().unwrap();
     let fresh_path = fresh_tiny_artifact(tmp.path());
-    let load = |p: &std::path::Path| report::load(p, EXPERIMENTS).unwrap();
+    let ws = workspace();
+    let load = |p: &std::path::Path| report::load(&ws, p, EXPERIMENTS).unwrap();
     let (old, fresh) = (seed("000_56313d9d03231830.txt"), load(&fresh_path));
     let md = report::compare(&[load(&old), fresh]).unwrap();
     assert!(md.contains("| fifo / interactive-a TTFT ms (median) | 524.647 |"), "{md}");
@@ -179,4 +180,8 @@ fn artifacts_compare_side_by_side_with_ratios_and_provenance() {
     let md = report::compare(&[load(&serving), load(&serving)]).unwrap();
     assert!(md.contains("| vllm-metal c=4 vs vllm-metal c=4: TTFT p50 ms | 1169.111 | 1169.111 | 1.00 |"), "{md}");
     assert!(md.contains("| (none) | | |"));
+}
+
+fn workspace() -> common::workspace::Workspace {
+    common::workspace::Workspace::discover_from(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap()
 }

@@ -38,5 +38,6 @@ fn every_committed_manifest_reads_as_its_experiments_types() {
         let kind =
             kind.unwrap_or_else(|| panic!("{}: no registered experiment `{}`", path.display(), manifest.experiment));
         kind.check_manifest(&manifest).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        common::experiment::check_claims(*kind, &manifest).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 }

@@ -7,11 +7,14 @@
 //! ids and its report section.
 
 mod checks;
+pub mod claims;
 pub mod cli;
 mod report;
 pub mod study;
 
 use common::chart::{CompareRow, Section};
+use common::claim::Vocabulary;
+use common::evidence::Observation;
 use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
 use common::finding::Findings;
 use serde_json::Value;
@@ -65,5 +68,13 @@ impl Experiment for Scheduler {
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {
         report::compare(a, b)
+    }
+
+    fn claim_vocabulary(&self, parameters: &Value) -> Result<Vocabulary, ExperimentError> {
+        claims::vocabulary(parameters)
+    }
+
+    fn observations(&self, artifact: &Value) -> Vec<Observation> {
+        claims::observations(artifact)
     }
 }

@@ -4,7 +4,7 @@
 //! completion and largest token gap derived from it, and each run's aggregate throughput.
 
 use anyhow::{bail, Context, Result};
-use common::experiment::{prepare, CommandLine};
+use common::experiment::{claims_table, claims_to_judge, judge_claims, prepare, CommandLine};
 use common::qwen::WeightDtype;
 use common::schedule::{self, request_metrics, Job};
 use scheduler::cli::Args;
@@ -13,7 +13,7 @@ use scheduler::study::{
     Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
 };
 
-use scheduler::EXPERIMENT;
+use scheduler::{Scheduler, EXPERIMENT};
 
 fn main() {
     common::experiment::main(run)
@@ -30,6 +30,7 @@ fn run(args: Args) -> Result<i32> {
         let origin = prepared.manifest.as_ref().map(|m| m.record.path.clone()).unwrap_or_else(|| "parameters".into());
         bail!("{origin}: {problem}");
     }
+    let claims = claims_to_judge(&Scheduler, &prepared)?;
     let model = &prepared.model;
     let weights = model.model.weight_dtype();
 
@@ -124,7 +125,7 @@ fn run(args: Args) -> Result<i32> {
     let facts = common::build_facts!();
     let provenance = prepared.provenance(facts, args.requested(), serde_json::to_value(&params)?);
     let pin = prepared.resolved.pin.as_ref();
-    let artifact = SchedulerArtifact {
+    let mut artifact = SchedulerArtifact {
         execution_mode:
             "fresh local model inference with real per-request cache; cooperative scheduler, serial or batched forwards"
                 .into(),
@@ -150,11 +151,17 @@ fn run(args: Args) -> Result<i32> {
         jobs: job_records,
         runs,
         checks,
+        claims: Vec::new(),
         limits: "Model forwards on one CPU device, one per-request KV cache each; the batched policy runs every admitted request in one forward (per-request attention, shared weight reads). Wall-clock numbers are this machine's and move between runs.".into(),
         provenance,
     };
+    artifact.claims = judge_claims(&Scheduler, &claims, &artifact)?;
     let path = prepared.write(args.model.out.as_ref(), &artifact)?;
     print_table(&artifact);
+    if !artifact.claims.is_empty() {
+        let rows: Vec<_> = artifact.claims.iter().map(|c| (prepared.manifest_label(), c)).collect();
+        print!("\n{}", claims_table(&rows));
+    }
     println!("artifact: {}", prepared.ws.display_path(&path));
 
     let mut code = 0;

@@ -2,6 +2,7 @@
 //! bind them. Shared by the binary, which writes it, and the checks the audit runs through
 //! [`crate::Scheduler`].
 
+use common::evidence::ClaimResult;
 use common::manifest::Invalid;
 use common::policy::Policy;
 use common::provenance::Provenance;
@@ -248,6 +249,9 @@ pub struct SchedulerArtifact {
     /// Aggregate throughput per run configuration: the batched policy against the serial ones.
     pub throughput: Vec<ThroughputRow>,
     pub checks: Checks,
+    /// The manifest's claims, judged on the paired rounds (the audit recomputes them).
+    #[serde(default)]
+    pub claims: Vec<ClaimResult>,
     pub limits: String,
     pub provenance: Provenance,
 }

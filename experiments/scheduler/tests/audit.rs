@@ -252,3 +252,75 @@ fn half_precision_runs_keep_apart_record_their_dtype_and_report_where_ids_leave_
     assert!(full.starts_with(s.ws.root.join("artifacts/scheduler/tiny/")));
     assert_wrong(&s.audit(&full), "runs[0].requests[0].output_ids[2]");
 }
+
+#[test]
+fn claims_are_judged_on_paired_rounds_stored_and_recomputed_by_the_audit() {
+    let s = scratch();
+    let path = s.run(&[]);
+    let artifact: SchedulerArtifact = serde_json::from_value(read_artifact(&path).unwrap()).unwrap();
+    let manifest: common::experiment::AnyManifest =
+        common::manifest::read_experiment_manifest(&s.ws.root.join("manifests/scheduler/tiny.json")).unwrap();
+    let judged: Vec<&str> = artifact.claims.iter().map(|c| c.claim.id.as_str()).collect();
+    let stated: Vec<&str> = manifest.claims.iter().map(|c| c.id.as_str()).collect();
+    assert!(!stated.is_empty());
+    assert_eq!(judged, stated);
+    for c in &artifact.claims {
+        // Paired: one ratio per measured round, each from that round's two runs.
+        assert_eq!(c.pairs[0].ratios.len(), artifact.parameters.rounds, "{}", c.claim.id);
+        let (low, high) = (c.pairs[0].low.unwrap(), c.pairs[0].high.unwrap());
+        assert!(low <= c.pairs[0].estimate.unwrap() && c.pairs[0].estimate.unwrap() <= high, "{c:?}");
+    }
+    assert_eq!(s.audit(&path).verdict, Verdict::Ok);
+
+    // A stored verdict or ratio that the rounds do not give is wrong, even resealed.
+    let flipped = edit(&path, |v| v["claims"][0]["verdict"] = json!("fails"), true);
+    assert_wrong(&s.audit(&flipped), "claims[0]");
+    let ratio = edit(&path, |v| v["claims"][1]["pairs"][0]["estimate"] = json!(9.0), true);
+    assert_wrong(&s.audit(&ratio), "claims[1]");
+    // Rounds edited to reverse a finding: the recomputed claim no longer matches the stored one.
+    let reversed = edit(
+        &path,
+        |v| {
+            for run in v["runs"].as_array_mut().unwrap() {
+                if run["policy"] == "interleave" && run["chunk_size"].is_null() {
+                    for r in run["requests"].as_array_mut().unwrap() {
+                        r["ttft_ms"] = json!(1e6);
+                    }
+                }
+            }
+        },
+        true,
+    );
+    assert_wrong(&s.audit(&reversed), "claims[0]");
+
+    // A manifest that states other claims makes the artifact stale: re-run to judge them.
+    let file = s.ws.root.join("manifests/scheduler/tiny.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    m["claims"].as_array_mut().unwrap().pop();
+    std::fs::write(&file, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let r = s.audit(&path);
+    assert_eq!(r.verdict, Verdict::Stale, "{:#?}", r.findings);
+    assert!(r.findings.iter().any(|f| f.check == "claims"), "{:#?}", r.findings);
+
+    // One round is never a verdict: a point estimate, inconclusive, saying why.
+    let one = s.run(&["--rounds", "1"]);
+    let one: SchedulerArtifact = serde_json::from_value(read_artifact(&one).unwrap()).unwrap();
+    assert_eq!(one.claims.len(), m["claims"].as_array().unwrap().len());
+    for c in &one.claims {
+        assert_eq!(c.verdict, common::evidence::Verdict::Inconclusive, "{c:?}");
+        assert!(c.pairs[0].estimate.is_some() && c.pairs[0].low.is_none(), "{c:?}");
+        assert!(c.note.as_deref().is_some_and(|n| n.contains("point estimate")), "{c:?}");
+    }
+
+    // A claim naming what the manifest does not have stops the run before it measures.
+    m["claims"][0]["request"] = json!("interactive-z");
+    std::fs::write(&file, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .current_dir(&s.ws.root)
+        .env("LAB_MODELS_DIR", &s.models)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("claims[0].request") && stderr.contains("interactive-z"), "{stderr}");
+}

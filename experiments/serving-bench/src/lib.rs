@@ -8,6 +8,7 @@
 //! seed and its report section.
 
 mod checks;
+mod claims;
 pub mod cli;
 pub mod client;
 pub mod export;
@@ -19,6 +20,8 @@ pub mod stream;
 pub mod workload;
 
 use common::chart::{CompareRow, Section};
+use common::claim::Vocabulary;
+use common::evidence::Observation;
 use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
 use common::finding::Findings;
 use serde_json::Value;
@@ -64,5 +67,13 @@ impl Experiment for ServingBench {
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {
         report::compare(a, b)
+    }
+
+    fn claim_vocabulary(&self, parameters: &Value) -> Result<Vocabulary, ExperimentError> {
+        claims::vocabulary(parameters)
+    }
+
+    fn observations(&self, artifact: &Value) -> Vec<Observation> {
+        claims::observations(artifact)
     }
 }

@@ -3,7 +3,7 @@
 //! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
 
 use anyhow::{bail, Context, Result};
-use common::experiment::{prepare, ModelArgs};
+use common::experiment::{claims_table, claims_to_judge, judge_claims, prepare, ModelArgs};
 use common::workspace::Workspace;
 use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
 use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
@@ -11,7 +11,7 @@ use serving_bench::load;
 use serving_bench::server::{self, ServerConfig};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use serving_bench::workload::{self, Workload};
-use serving_bench::EXPERIMENT;
+use serving_bench::{ServingBench, EXPERIMENT};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -118,6 +118,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
         (Some(prepared), base, record)
     } else {
         (None, seed_parameters(), None)
+    };
+    let claims = match &prepared {
+        Some(p) => claims_to_judge(&ServingBench, p)?,
+        None => Vec::new(),
     };
     let params = args.effective(base);
     if let Err(problem) = params.validate() {
@@ -344,7 +348,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         },
     );
     let provenance_effective = provenance.settings.effective.clone();
-    let artifact = ServingArtifact {
+    let mut artifact = ServingArtifact {
         run_id: clock.run_id.clone(),
         created_at: clock.started_at.clone(),
         host: serving::ClientHost {
@@ -368,8 +372,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
         completed_at: common::provenance::now_utc(),
         requests: records,
         sent_headers,
+        claims: Vec::new(),
         provenance,
     };
+    artifact.claims = judge_claims(&ServingBench, &claims, &artifact)?;
     let path = match (&args.model.out, &prepared) {
         (Some(out), _) => out.clone(),
         (None, Some(p)) => p.artifact_path(None, Some(&provenance_effective)),
@@ -383,6 +389,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
     print_table(&artifact);
     print_comparison(&artifact);
+    if let (false, Some(p)) = (artifact.claims.is_empty(), &prepared) {
+        let rows: Vec<_> = artifact.claims.iter().map(|c| (p.manifest_label(), c)).collect();
+        print!("\n{}", claims_table(&rows));
+    }
     println!("artifact: {}", ws.display_path(&path));
     Ok(())
 }

@@ -693,6 +693,9 @@ pub struct ServingArtifact {
     /// sent); never their values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sent_headers: Vec<String>,
+    /// The manifest's claims, judged on the paired rounds (the audit recomputes them).
+    #[serde(default)]
+    pub claims: Vec<common::evidence::ClaimResult>,
     pub provenance: Provenance,
 }
 

@@ -10,6 +10,8 @@ mod prepare;
 pub use prepare::{prepare, ManifestRun, ModelArgs, PrepareError, Prepared};
 
 use crate::chart::{CompareRow, Section};
+use crate::claim::{Claim, Vocabulary};
+use crate::evidence::{ClaimResult, Observation};
 use crate::finding::Findings;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -205,4 +207,111 @@ pub trait Experiment: Sync {
 
     /// The metrics of two of its artifacts side by side (A, B), for `report --compare`.
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow>;
+
+    /// The names a manifest's claims may use, given its parameters: metrics (of whole runs, of
+    /// one request), runs and requests. None by default, so any claim is an error naming its
+    /// metric.
+    fn claim_vocabulary(&self, _parameters: &Value) -> Result<Vocabulary, ExperimentError> {
+        Ok(Vocabulary::default())
+    }
+
+    /// The values claims are judged on, one per run, request, metric and round, read from one of
+    /// its artifacts or a foreign one it recognises (whose single run gives one round). Names as
+    /// in [`Experiment::claim_vocabulary`].
+    fn observations(&self, _artifact: &Value) -> Vec<Observation> {
+        Vec::new()
+    }
+}
+
+/// The claims of a manifest, checked against the names the experiment gives for its
+/// parameters; the error names the claim's field.
+pub fn check_claims(experiment: &dyn Experiment, manifest: &AnyManifest) -> Result<(), ExperimentError> {
+    let names = experiment.claim_vocabulary(&manifest.parameters)?;
+    crate::claim::check(&manifest.claims, &names)?;
+    Ok(())
+}
+
+/// For a binary before it measures: its manifest's claims, checked (none for an unpinned run).
+pub fn claims_to_judge<P, E>(
+    experiment: &dyn Experiment,
+    prepared: &Prepared<P, E>,
+) -> Result<Vec<Claim>, ExperimentError> {
+    let Some(run) = &prepared.manifest else { return Ok(Vec::new()) };
+    let names = experiment.claim_vocabulary(&run.parameters)?;
+    crate::claim::check(&run.manifest.claims, &names)
+        .map_err(|e| crate::manifest::Invalid::new(format!("{}: {}", run.record.path, e.field), e.problem))?;
+    Ok(run.manifest.claims.clone())
+}
+
+/// For a binary before it writes: `claims` judged on the rounds its artifact records (the audit
+/// repeats this from the written file).
+pub fn judge_claims(
+    experiment: &dyn Experiment,
+    claims: &[Claim],
+    artifact: &impl Serialize,
+) -> Result<Vec<ClaimResult>, ExperimentError> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let value = serde_json::to_value(artifact).map_err(ExperimentError::read("artifact"))?;
+    Ok(crate::evidence::judge(claims, &experiment.observations(&value)))
+}
+
+/// The claims judged on an artifact. Ours carry theirs, judged when the run was made; a foreign
+/// one (the predecessor's) is judged here on the claims its experiment's manifests state, those
+/// of manifests pinning the artifact's model first, each claim id once.
+pub fn claims_of(ws: &crate::workspace::Workspace, experiment: &dyn Experiment, artifact: &Value) -> Vec<ClaimResult> {
+    if artifact.get("provenance").is_some() {
+        return artifact.get("claims").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
+    }
+    let model = artifact.get("model_id").and_then(Value::as_str);
+    let mut manifests: Vec<(bool, AnyManifest)> = ws
+        .experiment_manifests()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, m)| m.experiment == experiment.name())
+        .map(|(_, m)| (ws.model_pin(&m.model).is_ok_and(|pin| Some(pin.repo.as_str()) == model), m))
+        .collect();
+    manifests.sort_by_key(|(same_model, _)| !*same_model);
+    let mut claims: Vec<Claim> = Vec::new();
+    for claim in manifests.into_iter().flat_map(|(_, m)| m.claims) {
+        if !claims.iter().any(|c| c.id == claim.id) {
+            claims.push(claim);
+        }
+    }
+    crate::evidence::judge(&claims, &experiment.observations(artifact))
+}
+
+/// The claims table a binary and `just reproduce` print: one line per claim and pair of runs.
+pub fn claims_table(rows: &[(String, &ClaimResult)]) -> String {
+    let mut out = format!(
+        "{:<26} {:<40} {:<10} {:<34} {:>4} {:<26} verdict\n",
+        "manifest", "claim", "expected", "runs (later / earlier)", "n", "ratio [interval]"
+    );
+    for (label, result) in rows {
+        let claim = match &result.scope {
+            Some(scope) => format!("{} [{scope}]", result.claim.id),
+            None => result.claim.id.clone(),
+        };
+        for (i, pair) in result.pairs.iter().enumerate() {
+            let verdict = match (result.pairs.len(), i + 1 == result.pairs.len()) {
+                (1, _) => result.verdict.name().to_string(),
+                (_, true) => format!("{} (claim: {})", pair.verdict.name(), result.verdict.name()),
+                _ => pair.verdict.name().to_string(),
+            };
+            let (label, claim, expected) = if i == 0 {
+                (label.as_str(), claim.as_str(), result.claim.expect.describe())
+            } else {
+                ("", "", String::new())
+            };
+            out.push_str(&format!(
+                "{label:<26} {claim:<40} {expected:<10} {:<34} {:>4} {:<26} {}\n",
+                format!("{} / {}", pair.later, pair.earlier),
+                pair.ratios.len(),
+                crate::evidence::describe_ratio(pair),
+                verdict
+            ));
+        }
+    }
+    out
 }

@@ -134,6 +134,11 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
 }
 
 impl<P, E> Prepared<P, E> {
+    /// `<experiment>/<manifest>` (`unpinned` without one), as tables name a run.
+    pub fn manifest_label(&self) -> String {
+        format!("{}/{}", self.experiment, self.manifest.as_ref().map(|m| m.name.as_str()).unwrap_or("unpinned"))
+    }
+
     /// The provenance block for this run, to be embedded in the artifact.
     pub fn provenance(
         &self,

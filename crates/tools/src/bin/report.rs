@@ -67,12 +67,12 @@ fn run(cli: Cli) -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let mut md = String::from("# Report\n\nRendered from artifacts alone by `just report`.\n\n");
     for path in &inputs {
-        let artifact = report::load(path, EXPERIMENTS)?;
+        let artifact = report::load(&ws, path, EXPERIMENTS)?;
         md.push_str(&report::section(&artifact, &out)?);
         println!("rendered {}", ws.display_path(path));
     }
     if !cli.compare.is_empty() {
-        let artifacts = cli.compare.iter().map(|p| report::load(p, EXPERIMENTS)).collect::<Result<Vec<_>, _>>()?;
+        let artifacts = cli.compare.iter().map(|p| report::load(&ws, p, EXPERIMENTS)).collect::<Result<Vec<_>, _>>()?;
         md.push_str(&report::compare(&artifacts)?);
     }
     let page_path = out.join("report.md");
