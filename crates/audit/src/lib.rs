@@ -225,11 +225,12 @@ impl Audit<'_> {
                     "claims",
                     format!("claims[{i}]"),
                     format!(
-                        "`{}`{scope} (expected {}): {}: {}",
+                        "`{}`{scope} (expected {}): {}: {}{}",
                         r.claim.id,
                         r.claim.expect.describe(),
                         ratios.join(", "),
-                        r.verdict.name()
+                        r.verdict.name(),
+                        r.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
                     ),
                 );
             }

@@ -250,9 +250,15 @@ impl Draw for Lines {
     }
 }
 
+/// Room for a forest plot's longest row label (with its verdict) left of the axis.
+fn label_width(forest: &Forest) -> u32 {
+    let longest = forest.rows.iter().map(|r| r.label.chars().count() + r.verdict.name().len() + 4).max().unwrap_or(0);
+    (longest as u32 * 7 + 30).clamp(200, 640)
+}
+
 impl Draw for Forest {
     fn size(&self) -> (u32, u32) {
-        (1000, 110 + 34 * self.rows.len().max(1) as u32)
+        (680 + label_width(self), 110 + 34 * self.rows.len().max(1) as u32)
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), DrawError> {
@@ -271,10 +277,12 @@ impl Draw for Forest {
         let (left, right) = (lo - pad, hi + pad);
         let n = self.rows.len().max(1) as f64;
         let labels: Vec<String> = self.rows.iter().map(|r| r.label.clone()).collect();
-        let mut chart = frame(area, &self.title, 330)?.build_cartesian_2d(left..right, 0f64..n).map_err(err)?;
+        let mut chart =
+            frame(area, &self.title, label_width(self))?.build_cartesian_2d(left..right, 0f64..n).map_err(err)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
+            .max_light_lines(0)
             .y_labels(0)
             .x_desc("ratio, later run / earlier run (log scale); shaded: the expected range")
             .x_label_formatter(&|x| format!("{:.3}", 10f64.powf(*x)))

@@ -98,12 +98,9 @@ fn compare_claims(artifacts: &[Artifact], letters: &[String], md: &mut String) {
                 Some(r) => {
                     expected = r.claim.expect.describe();
                     let ratios: Vec<String> = r.pairs.iter().map(common::evidence::describe_ratio).collect();
-                    format!(
-                        "{} ({} rounds): **{}**",
-                        ratios.join(", "),
-                        r.pairs.iter().map(|p| p.ratios.len()).min().unwrap_or(0),
-                        r.verdict.name()
-                    )
+                    let n = r.pairs.iter().map(|p| p.ratios.len()).min().unwrap_or(0);
+                    let rounds = if n == 1 { "1 round".to_string() } else { format!("{n} rounds") };
+                    format!("{} ({rounds}): **{}**", ratios.join(", "), r.verdict.name())
                 }
             })
             .collect();

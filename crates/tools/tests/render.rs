@@ -123,6 +123,19 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
         assert!(std::fs::read_to_string(stem.with_extension("svg")).unwrap().contains("vllm-metal c=4"), "{file}");
     }
     assert!(md.contains("| fifo | interactive-a | 1 | 524.6 | 716.5 | 28.1 |"), "the seed's numbers in the table");
+    // The seeds judged on the manifests' claims: a line each, and their forest plot.
+    assert!(
+        md.contains("| interleave / fifo | 1 | 0.211 | **inconclusive** |"),
+        "the seed's interleave claim as a point estimate"
+    );
+    assert!(md.contains("| `batching-raises-aggregate-throughput` [vllm-metal] |"), "the serving seed's claim");
+    let forest = out.join("000_56313d9d03231830/claims");
+    let svg = std::fs::read_to_string(forest.with_extension("svg")).unwrap();
+    assert!(svg.contains("interleave-cuts-interactive-ttft") && svg.contains("inconclusive"));
+    // One row per claim with an estimate (the seed has no batched run to estimate on).
+    let rows = svg.matches("(inconclusive)").count() as u32;
+    assert!(rows >= 5, "{rows}");
+    assert_eq!(png_size(&forest.with_extension("png")).1, 110 + 34 * rows);
     assert!(md.contains("![time to first token](fresh-tiny/compare-ttft.svg)"));
     assert!(md.contains("No per-step timeline"));
     // The throughput table: every configuration of the fresh run, with two rounds each.
@@ -170,6 +183,11 @@ fn artifacts_compare_side_by_side_with_ratios_and_provenance() {
     let md = report::compare(&[load(&old), fresh]).unwrap();
     assert!(md.contains("| fifo / interactive-a TTFT ms (median) | 524.647 |"), "{md}");
     assert!(md.contains("| predecessor environment |"), "{md}");
+    // The same claim in each artifact: the seed's point estimate; this run stored none.
+    assert!(
+        md.contains("| `interleave-cuts-interactive-ttft` | < 1 | 0.211 (1 round): **inconclusive** | (not judged) |"),
+        "{md}"
+    );
     // Any number at once: each against the first.
     let md = report::compare(&[load(&old), load(&fresh_path), load(&old)]).unwrap();
     assert!(md.contains("| what | A | B | B / A | C | C / A |"), "{md}");

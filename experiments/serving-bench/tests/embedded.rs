@@ -500,8 +500,9 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     assert!(!text.contains("sk-test-secret-never-recorded"));
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert_eq!(a.runtimes.len(), 2);
-    // The manifest: 3 rounds at concurrency 1 and 4, 32 tokens each, through both APIs.
-    assert_eq!(a.requests.len(), 2 * (1 + 4) * 3);
+    // The manifest: 10 rounds at concurrency 1 and 4, 32 tokens each, through both APIs.
+    assert_eq!(a.arguments.rounds, 10);
+    assert_eq!(a.requests.len(), 2 * (1 + 4) * 10);
     assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests.iter().find(|r| !r.ok()));
     for r in &a.requests {
         let (n, _) = r.output_tokens();
@@ -511,7 +512,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     // The summary is exactly what the records say.
     assert_eq!(a.summary, serving_bench::serving::summarize_all(&a.arguments, &a.runtimes, &a.requests));
     let ollama = a.summary.iter().find(|row| row["runtime"] == "embedded-ollama" && row["concurrency"] == 4).unwrap();
-    assert_eq!((ollama["requests"].as_u64(), ollama["successes"].as_u64()), (Some(12), Some(12)));
+    assert_eq!((ollama["requests"].as_u64(), ollama["successes"].as_u64()), (Some(40), Some(40)));
     assert!(ollama["prompt_tps_mean"].as_f64().unwrap() > 0.0, "Ollama's counters give prefill speed");
     let openai = a.summary.iter().find(|row| row["runtime"] == "embedded-openai").unwrap();
     assert!(openai["prompt_tps_mean"].is_null() && openai["prompt_tps_note"].is_string());
@@ -524,6 +525,22 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     let report = audit_of(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().starts_with("summary[1].ttft_s_p50"), "{}", report.first_reason());
+
+    // The manifest's claim, judged for each target apart on its ten paired rounds (levels took
+    // turns round by round), printed, and recomputed by the audit.
+    let targets: Vec<&str> = a.claims.iter().filter_map(|c| c.scope.as_deref()).collect();
+    assert_eq!(targets, ["embedded-ollama", "embedded-openai"]);
+    for c in &a.claims {
+        assert_eq!(c.claim.id, "batching-raises-aggregate-throughput");
+        assert_eq!((c.pairs[0].earlier.as_str(), c.pairs[0].later.as_str()), ("c1", "c4"));
+        assert_eq!(c.pairs[0].ratios.len(), 10);
+        assert!(c.pairs[0].low.is_some() && c.pairs[0].coverage.unwrap() >= 0.95, "{c:?}");
+    }
+    assert!(stdout.contains("batching-raises-aggregate-throughput [embedded-openai]"), "{stdout}");
+    let edited = resealed(&out, |v| v["claims"][1]["pairs"][0]["low"] = json!(0.5));
+    let report = audit_of(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Wrong);
+    assert!(report.first_reason().starts_with("claims[1]"), "{}", report.first_reason());
 }
 
 #[test]

@@ -282,12 +282,12 @@ pub fn claims_of(ws: &crate::workspace::Workspace, experiment: &dyn Experiment, 
     crate::evidence::judge(&claims, &experiment.observations(artifact))
 }
 
-/// The claims table a binary and `just reproduce` print: one line per claim and pair of runs.
+/// The claims table a binary and `just reproduce` print: one line per claim (and target) and pair
+/// of runs, columns as wide as their contents.
 pub fn claims_table(rows: &[(String, &ClaimResult)]) -> String {
-    let mut out = format!(
-        "{:<26} {:<40} {:<10} {:<34} {:>4} {:<26} verdict\n",
-        "manifest", "claim", "expected", "runs (later / earlier)", "n", "ratio [interval]"
-    );
+    let mut lines: Vec<[String; 7]> =
+        vec![["manifest", "claim", "expected", "runs (later / earlier)", "rounds", "ratio [interval]", "verdict"]
+            .map(String::from)];
     for (label, result) in rows {
         let claim = match &result.scope {
             Some(scope) => format!("{} [{scope}]", result.claim.id),
@@ -299,19 +299,24 @@ pub fn claims_table(rows: &[(String, &ClaimResult)]) -> String {
                 (_, true) => format!("{} (claim: {})", pair.verdict.name(), result.verdict.name()),
                 _ => pair.verdict.name().to_string(),
             };
-            let (label, claim, expected) = if i == 0 {
-                (label.as_str(), claim.as_str(), result.claim.expect.describe())
-            } else {
-                ("", "", String::new())
-            };
-            out.push_str(&format!(
-                "{label:<26} {claim:<40} {expected:<10} {:<34} {:>4} {:<26} {}\n",
+            let first = |s: String| if i == 0 { s } else { String::new() };
+            lines.push([
+                first(label.clone()),
+                first(claim.clone()),
+                first(result.claim.expect.describe()),
                 format!("{} / {}", pair.later, pair.earlier),
-                pair.ratios.len(),
+                pair.ratios.len().to_string(),
                 crate::evidence::describe_ratio(pair),
-                verdict
-            ));
+                verdict,
+            ]);
         }
+    }
+    let widths: Vec<usize> = (0..7).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for line in &lines {
+        let cells: Vec<String> = line.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
     }
     out
 }
