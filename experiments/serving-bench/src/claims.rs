@@ -3,7 +3,7 @@
 //! `rate-inf`), each round's aggregate output tokens/s and its median TTFT, TPOT and total time.
 //! The predecessor's seed keeps only summaries: its group means give one round each.
 
-use crate::serving::{aggregate_tps, Parameters, RequestRecord};
+use crate::serving::{aggregate_tps, groups, load_label, Parameters, RequestRecord};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
 use common::experiment::{read_as, ExperimentError};
@@ -12,19 +12,11 @@ use std::collections::BTreeMap;
 
 const METRICS: [&str; 4] = ["aggregate_output_tps", "ttft_s_p50", "tpot_s_p50", "total_s_p50"];
 
-fn group_label(concurrency: usize, open_loop_rate: Option<Option<f64>>) -> String {
-    match open_loop_rate {
-        None => format!("c{concurrency}"),
-        Some(Some(rate)) => format!("rate{rate}"),
-        Some(None) => "rate-inf".into(),
-    }
-}
-
 pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentError> {
     let p: Parameters = read_as("parameters", parameters)?;
     let runs = match &p.arrivals {
-        Some(a) => a.rates.iter().map(|r| group_label(0, Some(*r))).collect(),
-        None => p.concurrency.iter().map(|c| group_label(*c, None)).collect(),
+        Some(a) => a.rates.iter().map(|r| load_label(0, Some(*r))).collect(),
+        None => p.concurrency.iter().map(|c| load_label(*c, None)).collect(),
     };
     Ok(Vocabulary { run_metrics: METRICS.iter().map(|m| m.to_string()).collect(), runs, ..Vocabulary::default() })
 }
@@ -35,35 +27,32 @@ pub(crate) fn observations(artifact: &Value) -> Vec<Observation> {
     if records.is_empty() {
         return from_summary(artifact);
     }
-    let mut rounds: BTreeMap<(&str, String, usize), Vec<&RequestRecord>> = BTreeMap::new();
-    for r in records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)) {
-        let label = group_label(r.concurrency, r.arrival.map(|a| a.rate_rps));
-        rounds.entry((r.runtime.as_str(), label, r.round)).or_default().push(r);
-    }
-    let median = |mut v: Vec<f64>| {
-        v.retain(|x| x.is_finite());
-        v.sort_by(f64::total_cmp);
-        common::stats::percentile_sorted(&v, 50.0)
-    };
+    let median = |v: Vec<f64>| common::stats::summarize(&v).p50;
     let mut out = Vec::new();
-    for ((runtime, label, round), group) in rounds {
-        let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
-        let values = [
-            aggregate_tps(&group),
-            median(ok.iter().filter_map(|r| r.ttft()).collect()),
-            median(ok.iter().filter_map(|r| r.tpot()).collect()),
-            median(ok.iter().map(|r| r.total()).collect()),
-        ];
-        for (metric, value) in METRICS.iter().zip(values) {
-            if let Some(value) = value {
-                out.push(Observation {
-                    scope: Some(runtime.to_string()),
-                    run: label.clone(),
-                    request: None,
-                    metric: metric.to_string(),
-                    round,
-                    value,
-                });
+    for g in groups(&records) {
+        let mut rounds: BTreeMap<usize, Vec<&RequestRecord>> = BTreeMap::new();
+        for r in &g.records {
+            rounds.entry(r.round).or_default().push(r);
+        }
+        for (round, group) in rounds {
+            let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
+            let values = [
+                aggregate_tps(&group),
+                median(ok.iter().filter_map(|r| r.ttft()).collect()),
+                median(ok.iter().filter_map(|r| r.tpot()).collect()),
+                median(ok.iter().map(|r| r.total()).collect()),
+            ];
+            for (metric, value) in METRICS.iter().zip(values) {
+                if let Some(value) = value {
+                    out.push(Observation {
+                        scope: Some(g.runtime.to_string()),
+                        run: g.load.clone(),
+                        request: None,
+                        metric: metric.to_string(),
+                        round,
+                        value,
+                    });
+                }
             }
         }
     }
@@ -85,7 +74,7 @@ fn from_summary(artifact: &Value) -> Vec<Observation> {
             if let Some(value) = row.get(field).and_then(Value::as_f64) {
                 out.push(Observation {
                     scope: Some(runtime.to_string()),
-                    run: group_label(c as usize, None),
+                    run: load_label(c as usize, None),
                     request: None,
                     metric: metric.to_string(),
                     round: 0,

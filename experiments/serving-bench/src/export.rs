@@ -110,22 +110,16 @@ fn write_csv(requests: &[RequestRecord], out: &Path) -> Result<(), ExportError> 
 
 /// The measured requests of each summary group, in the summary's order, with a file-name label.
 fn groups(a: &ServingArtifact) -> Vec<(String, Vec<&RequestRecord>)> {
-    let mut out: Vec<(String, Vec<&RequestRecord>)> = Vec::new();
-    for r in a.requests.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)) {
-        let load = match r.arrival {
-            Some(a) => format!("rate{}", a.rate_rps.map_or("inf".into(), |v| v.to_string())),
-            None => format!("c{}", r.concurrency),
-        };
-        let label: String = format!("{}-{load}", r.runtime)
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
-            .collect();
-        match out.iter_mut().find(|(l, _)| *l == label) {
-            Some((_, group)) => group.push(r),
-            None => out.push((label, vec![r])),
-        }
-    }
-    out
+    crate::serving::groups(&a.requests)
+        .into_iter()
+        .map(|g| {
+            let label = format!("{}-{}", g.runtime, g.load)
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+                .collect();
+            (label, g.records)
+        })
+        .collect()
 }
 
 /// One group in vLLM's result shape: the run's totals and rates, mean/median/std/p99 of TTFT,

@@ -296,43 +296,62 @@ pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
     (end > start).then(|| tokens as f64 / (end - start))
 }
 
-/// A request's group: its runtime, concurrency, and (open loop) rate, as bits so it can be a key.
-type GroupKey = (String, usize, Option<Option<u64>>);
-
-fn group_key(r: &RequestRecord) -> GroupKey {
-    (r.runtime.clone(), r.concurrency, r.arrival.map(|a| a.rate_rps.map(f64::to_bits)))
+/// A group's load as claims, exports and tables name it: `c4` (closed groups of 4), `rate8` or
+/// `rate-inf` (an open loop's rate).
+pub fn load_label(concurrency: usize, open_loop_rate: Option<Option<f64>>) -> String {
+    match open_loop_rate {
+        None => format!("c{concurrency}"),
+        Some(Some(rate)) => format!("rate{rate}"),
+        Some(None) => "rate-inf".into(),
+    }
 }
 
-/// Summaries of every (runtime, concurrency, rate) group, in the order the groups first appear;
-/// an open-loop group's warm-up requests are left out. `params` adds the percentiles and SLOs
-/// it asks for.
+/// One group of measured requests: one target under one load.
+pub struct Group<'a> {
+    pub runtime: &'a str,
+    /// [`load_label`].
+    pub load: String,
+    pub concurrency: usize,
+    /// The open loop's rate (`Some(None)`: as fast as allowed); `None` for a closed group.
+    pub rate: Option<Option<f64>>,
+    pub records: Vec<&'a RequestRecord>,
+}
+
+/// The measured requests (an open loop's warm-ups left out) by target and load, the groups in the
+/// order they first appear. Every summary, export and claim groups requests through this.
+pub fn groups(records: &[RequestRecord]) -> Vec<Group<'_>> {
+    let mut index: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    let mut out: Vec<Group> = Vec::new();
+    for r in records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)) {
+        let rate = r.arrival.map(|a| a.rate_rps);
+        let load = load_label(r.concurrency, rate);
+        let i = *index.entry((r.runtime.as_str(), load.clone())).or_insert_with(|| {
+            out.push(Group { runtime: &r.runtime, load, concurrency: r.concurrency, rate, records: Vec::new() });
+            out.len() - 1
+        });
+        out[i].records.push(r);
+    }
+    out
+}
+
+/// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
 pub fn summarize_all(
     params: &Parameters,
     runtimes: &[Runtime],
     records: &[RequestRecord],
 ) -> Vec<BTreeMap<String, serde_json::Value>> {
-    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)).collect();
-    let mut order: Vec<GroupKey> = Vec::new();
-    for r in &measured {
-        let key = group_key(r);
-        if !order.contains(&key) {
-            order.push(key);
-        }
-    }
-    order
+    groups(records)
         .into_iter()
-        .map(|key| {
-            let group: Vec<&RequestRecord> = measured.iter().copied().filter(|r| group_key(r) == key).collect();
-            let (runtime, c, _) = &key;
-            let model = runtimes.iter().find(|t| &t.name == runtime).map(|t| t.model.as_str()).unwrap_or_default();
-            let mut row = summarize_group(runtime, model, *c, &group);
-            let open = group.first().and_then(|r| r.arrival);
-            extra_percentiles(&mut row, &params.percentiles, &group);
+        .map(|g| {
+            let group = &g.records;
+            let model = runtimes.iter().find(|t| t.name == g.runtime).map(|t| t.model.as_str()).unwrap_or_default();
+            let mut row = summarize_group(g.runtime, model, g.concurrency, group);
+            extra_percentiles(&mut row, &params.percentiles, group);
             if !params.slo.is_empty() {
-                slo_columns(&mut row, &params.slo, &group, open.is_some());
+                slo_columns(&mut row, &params.slo, group, g.rate.is_some());
             }
-            if let Some(arrival) = open {
-                open_loop_columns(&mut row, arrival.rate_rps, &group);
+            if let Some(rate) = g.rate {
+                open_loop_columns(&mut row, rate, group);
             }
             row
         })

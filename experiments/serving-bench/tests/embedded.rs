@@ -529,7 +529,7 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     // The manifest's claim, judged for each target apart on its ten paired rounds (levels took
     // turns round by round), printed, and recomputed by the audit.
     let targets: Vec<&str> = a.claims.iter().filter_map(|c| c.scope.as_deref()).collect();
-    assert_eq!(targets, ["embedded-ollama", "embedded-openai"]);
+    assert_eq!(targets, ["embedded-openai", "embedded-ollama"]);
     for c in &a.claims {
         assert_eq!(c.claim.id, "batching-raises-aggregate-throughput");
         assert_eq!((c.pairs[0].earlier.as_str(), c.pairs[0].later.as_str()), ("c1", "c4"));
@@ -613,7 +613,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     assert_eq!((vllm["completed"].as_u64(), vllm["request_rate"].as_f64()), (Some(10), Some(40.0)), "{vllm}");
     assert_eq!(vllm["ttfts"].as_array().map(Vec::len), Some(10));
     assert!(vllm["p90_ttft_ms"].is_number() && vllm["request_goodput"].is_number(), "{vllm}");
-    assert!(out.with_extension("1-embedded-openai-rateinf.vllm.json").is_file());
+    assert!(out.with_extension("1-embedded-openai-rate-inf.vllm.json").is_file());
     // The report labels the groups by rate and draws latency against throughput across them.
     use common::experiment::Experiment;
     let value: Value = common::artifact::read_artifact(&out).unwrap();
