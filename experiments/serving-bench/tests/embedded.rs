@@ -196,6 +196,53 @@ async fn completions_stream_text_usage_and_done() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_usage_counts_come_with_every_chunk_when_asked() {
+    let (s, base, _tmp) = server(|_| {}).await;
+    let http = reqwest::Client::new();
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "Explain caching."}], "max_tokens": 7,
+                      "stream": true, "ignore_eos": true, "stream_options": {"continuous_usage_stats": true}});
+    let text = http.post(format!("{base}/v1/chat/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let texts: Vec<&Value> =
+        events.iter().filter(|e| e["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())).collect();
+    assert!(!texts.is_empty());
+    // Every text chunk counts the tokens so far: rising, never past the cap, the last one final.
+    let counts: Vec<u64> = texts.iter().map(|e| e["usage"]["completion_tokens"].as_u64().unwrap()).collect();
+    assert!(counts.windows(2).all(|w| w[0] < w[1]) && counts[0] >= 1, "{counts:?}");
+    let last = events.iter().rev().find(|e| !e["choices"][0]["finish_reason"].is_null()).unwrap();
+    assert_eq!(last["usage"]["completion_tokens"], 7);
+    assert!(*counts.last().unwrap() <= 7);
+    let prompt = texts[0]["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(texts.iter().all(|e| e["usage"]["prompt_tokens"] == prompt
+        && e["usage"]["total_tokens"] == prompt + e["usage"]["completion_tokens"].as_u64().unwrap()));
+    // Without the option, chunks carry no usage (as OpenAI's).
+    let body = json!({"model": "tiny", "prompt": "Explain", "max_tokens": 3, "stream": true});
+    let text = http.post(format!("{base}/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    assert!(!text.contains("usage"), "{text}");
+    s.stop().await;
+}
+
+#[test]
+fn the_benchmark_measures_inter_token_latency_per_token_from_the_embedded_servers_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--target", "openai=embedded", "--continuous-usage", "--rounds", "2", "--concurrency", "1,2"];
+    let out = bench_run(tmp.path(), "usage", &args).unwrap();
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    assert!(a.requests.iter().all(|r| r.ok()));
+    for r in &a.requests {
+        assert_eq!(r.chunk_tokens.len() as u64, r.chunks, "{r:?}");
+        assert_eq!(r.chunk_tokens.iter().sum::<u64>(), r.output_tokens().0, "{r:?}");
+    }
+    assert!(a.summary.iter().all(|row| row["itl_source"] == "usage"), "{:?}", a.summary);
+    assert_audits_ok(&out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_overloaded_with_retry_after() {
     let (s, base, _tmp) = server(|c| {
         c.max_active = 1;

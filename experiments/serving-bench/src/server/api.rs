@@ -220,7 +220,7 @@ async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Fin
     let mut text = String::new();
     while let Some(event) = rx.recv().await {
         match event {
-            Event::Text(t) => text.push_str(&t),
+            Event::Text { text: t, .. } => text.push_str(&t),
             Event::Error(e) => return Err(Unanswered::Engine(e)),
             Event::Done(d) => return Ok((text, d)),
         }
@@ -257,8 +257,11 @@ fn streaming(content_type: &'static str, body: Body) -> Response {
 }
 
 fn usage(d: &Finished) -> Value {
-    let completion = d.output_ids.len();
-    json!({"prompt_tokens": d.prompt_tokens, "completion_tokens": completion, "total_tokens": d.prompt_tokens + completion})
+    usage_counts(d.prompt_tokens, d.output_ids.len())
+}
+
+fn usage_counts(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt.saturating_add(completion)})
 }
 
 fn sse(value: &Value) -> Bytes {
@@ -297,6 +300,9 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     }
     let object = if chat { "chat.completion.chunk" } else { "text_completion" };
     let include_usage = prepared.request.include_usage;
+    // vLLM's continuous usage: every chunk carries the counts so far, so a client can tell how
+    // many tokens each chunk holds (its inter-token latency per token).
+    let continuous = prepared.request.continuous_usage.then_some(prepared.prompt_ids.len());
     let chunk = move |text: Option<&str>, finish: Option<&str>| {
         let choice = match (chat, text) {
             (true, Some(t)) => json!({"index": 0, "delta": {"content": t}, "finish_reason": finish}),
@@ -312,9 +318,19 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         sse(&v)
     });
     let body = stream_body(rx, first, move |event| match event {
-        Event::Text(t) => vec![sse(&chunk(Some(&t), None))],
+        Event::Text { text, tokens } => {
+            let mut v = chunk(Some(&text), None);
+            if let Some(prompt) = continuous {
+                v["usage"] = usage_counts(prompt, tokens);
+            }
+            vec![sse(&v)]
+        }
         Event::Done(d) => {
-            let mut out = vec![sse(&chunk(None, Some(finish_reason(d.reason))))];
+            let mut last = chunk(None, Some(finish_reason(d.reason)));
+            if continuous.is_some() {
+                last["usage"] = usage(&d);
+            }
+            let mut out = vec![sse(&last)];
             if include_usage {
                 let mut v = chunk(None, None);
                 v["choices"] = json!([]);
@@ -367,7 +383,7 @@ async fn ollama(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         };
     }
     let body = stream_body(rx, None, move |event| match event {
-        Event::Text(t) => vec![line(&t, None)],
+        Event::Text { text, .. } => vec![line(&text, None)],
         Event::Done(d) => vec![line("", Some(&d))],
         Event::Error(e) => vec![Bytes::from(format!("{}\n", json!({"error": e})))],
     });

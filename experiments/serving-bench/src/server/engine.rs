@@ -25,8 +25,11 @@ pub(crate) struct Job {
 /// What the engine tells one request's handler.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// Text made by one step (whole characters only).
-    Text(String),
+    /// Text made by one step (whole characters only), and the tokens generated so far.
+    Text {
+        text: String,
+        tokens: usize,
+    },
     Done(Finished),
     /// The request failed inside a step, or could not start; the reason.
     Error(String),
@@ -155,7 +158,7 @@ impl Active {
         if outcome.token.is_some() {
             self.eval += took;
             if let Some(text) = self.text.next(model, session.output(), false) {
-                let _ = self.job.tx.send(Event::Text(text));
+                let _ = self.job.tx.send(Event::Text { text, tokens: session.output().len() });
             }
         }
     }
@@ -163,7 +166,7 @@ impl Active {
     /// Sends what text is left (an incomplete character at the very end included), then the end.
     fn finish(&mut self, model: &LoadedModel, session: &Session) {
         if let Some(text) = self.text.next(model, session.output(), true) {
-            let _ = self.job.tx.send(Event::Text(text));
+            let _ = self.job.tx.send(Event::Text { text, tokens: session.output().len() });
         }
         let done = Finished {
             reason: session.finish_reason().unwrap_or(FinishReason::Length),

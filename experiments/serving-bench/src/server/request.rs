@@ -72,6 +72,8 @@ pub struct GenerationRequest {
     pub stream: bool,
     /// OpenAI `stream_options.include_usage`.
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats`: usage counts with every chunk.
+    pub continuous_usage: bool,
     /// vLLM's `ignore_eos`: generate up to the cap whatever the model emits.
     pub ignore_eos: bool,
 }
@@ -130,16 +132,27 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
             };
             let max_tokens = optional_count(max_tokens_field, max_tokens)?;
             let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(false);
-            let include_usage = match obj.get("stream_options") {
-                None | Some(Value::Null) => false,
-                Some(Value::Object(o)) => {
-                    optional_bool("stream_options.include_usage", o.get("include_usage"))?.unwrap_or(false)
-                }
+            let (include_usage, continuous_usage) = match obj.get("stream_options") {
+                None | Some(Value::Null) => (false, false),
+                Some(Value::Object(o)) => (
+                    optional_bool("stream_options.include_usage", o.get("include_usage"))?.unwrap_or(false),
+                    optional_bool("stream_options.continuous_usage_stats", o.get("continuous_usage_stats"))?
+                        .unwrap_or(false),
+                ),
                 Some(_) => return Err(Rejection::bad("stream_options", "`stream_options` must be an object")),
             };
             let ignore_eos = optional_bool("ignore_eos", obj.get("ignore_eos"))?.unwrap_or(false);
             sampling(obj, "")?;
-            Ok(GenerationRequest { model, input, max_tokens, max_tokens_field, stream, include_usage, ignore_eos })
+            Ok(GenerationRequest {
+                model,
+                input,
+                max_tokens,
+                max_tokens_field,
+                stream,
+                include_usage,
+                continuous_usage,
+                ignore_eos,
+            })
         }
         Endpoint::OllamaChat | Endpoint::OllamaGenerate => {
             for field in ["images", "context", "template", "format", "tools"] {
@@ -202,6 +215,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 max_tokens_field: "options.num_predict",
                 stream,
                 include_usage: false,
+                continuous_usage: false,
                 ignore_eos: false,
             })
         }
@@ -369,6 +383,8 @@ mod tests {
             (chat(r#","stop":["\n"]"#), Some("stop")),
             (chat(r#","temperature":3"#), Some("temperature")),
             (chat(r#","stream_options":{"include_usage":"yes"}"#), Some("stream_options.include_usage")),
+            (chat(r#","stream_options":{"continuous_usage_stats":1}"#), Some("stream_options.continuous_usage_stats")),
+            (chat(r#","max_tokens":18446744073709551615,"stream_options":{"continuous_usage_stats":true}"#), None),
             (
                 r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.into(),
                 Some("messages[0].content[0]"),
