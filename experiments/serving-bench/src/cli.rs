@@ -182,7 +182,9 @@ pub struct BenchArgs {
     /// an optional "max_tokens"; sent in turn [default: the seed's three prompts].
     #[arg(long, value_name = "FILE.jsonl", conflicts_with = "sharegpt")]
     pub prompts: Option<std::path::PathBuf>,
-    /// Prompts from a ShareGPT JSON export: each conversation's first human turn, in turn.
+    /// Prompts from a ShareGPT JSON export: each conversation's first human turn, in turn, capped
+    /// at the length of the reply that follows it (counted with --tokenizer's, or the manifest's
+    /// checkpoint's, tokenizer; --max-tokens where there is neither, or no reply).
     #[arg(long, value_name = "FILE.json")]
     pub sharegpt: Option<std::path::PathBuf>,
     /// Synthetic prompts of this many input tokens, a distribution: fixed:N, uniform:LO:HI or
@@ -196,8 +198,8 @@ pub struct BenchArgs {
     /// How many synthetic prompts to draw (sent in turn).
     #[arg(long, default_value_t = 100, requires = "input_tokens")]
     pub synthetic_count: usize,
-    /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens
-    /// [default: the manifest's checkpoint].
+    /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens and
+    /// ShareGPT replies' [default: the manifest's checkpoint].
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<std::path::PathBuf>,
     /// Also write the result as CSV (one row per request) or in vLLM's `--save-result` JSON shape

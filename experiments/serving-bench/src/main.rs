@@ -213,7 +213,13 @@ async fn bench(args: BenchArgs) -> Result<()> {
 
     let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
         (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
-        (None, Some(path), _) => Workload::sharegpt(path, &ws.display_path(path))?,
+        (None, Some(path), _) => {
+            // The replies' lengths are counted with the target model's tokenizer where there is one.
+            let dir = args.tokenizer.clone().or_else(|| prepared.as_ref().map(|p| p.resolved.dir.clone()));
+            let shown = dir.as_ref().map(|d| ws.display_path(d));
+            let tokenizer = dir.as_deref().zip(shown.as_deref());
+            Workload::sharegpt(path, &ws.display_path(path), tokenizer)?
+        }
         (None, None, Some(input)) => {
             let dir = match (&args.tokenizer, &prepared) {
                 (Some(dir), _) => dir.clone(),

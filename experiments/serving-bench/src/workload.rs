@@ -45,6 +45,20 @@ pub enum WorkloadError {
     Tokenizer { path: String, cause: String },
 }
 
+/// A checkpoint folder's `tokenizer.json` (`shown`: the folder as recorded), with the error
+/// that names it.
+#[allow(clippy::type_complexity)] // the tokenizer, and the one error its later failures map to
+fn load_tokenizer(
+    dir: &Path,
+    shown: &str,
+) -> Result<(tokenizers::Tokenizer, impl Fn(String) -> WorkloadError), WorkloadError> {
+    let file = format!("{}/tokenizer.json", shown.trim_end_matches('/'));
+    let error = move |cause: String| WorkloadError::Tokenizer { path: file.clone(), cause };
+    let bytes = std::fs::read(dir.join("tokenizer.json")).map_err(|e| error(e.to_string()))?;
+    let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| error(e.to_string()))?;
+    Ok((tokenizer, error))
+}
+
 /// A distribution of token counts: `fixed:N`, `uniform:LO:HI` (both included) or
 /// `normal:MEAN:SD:LO:HI` (drawn, then held within LO..=HI).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,31 +179,51 @@ impl Workload {
         Ok(Self::new("jsonl", Some(shown), Some(&bytes), items))
     }
 
-    /// `--sharegpt FILE.json`: the first human turn of each conversation that has one.
-    pub fn sharegpt(path: &Path, shown: &str) -> Result<Self, WorkloadError> {
+    /// `--sharegpt FILE.json`: the first human turn of each conversation that has one. As vLLM's
+    /// benchmark does, the reply that follows it sets the request's cap: its length in tokens as
+    /// `tokenizer_dir`'s tokenizer counts them (`shown` names it), so the load has the
+    /// conversations' own output lengths; without a tokenizer, or without a reply, the run's
+    /// `max_tokens` applies.
+    pub fn sharegpt(path: &Path, shown: &str, tokenizer_dir: Option<(&Path, &str)>) -> Result<Self, WorkloadError> {
         let bytes = read(path, shown)?;
         let bad = |problem: String| WorkloadError::ShareGpt { path: shown.to_string(), problem };
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON ({e})")))?;
         let conversations = v.as_array().ok_or_else(|| bad("not an array".into()))?;
-        let items: Vec<Item> = conversations
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| {
-                let turns = c.get("conversations")?.as_array()?;
-                let human = turns.iter().find(|t| t.get("from").and_then(Value::as_str) == Some("human"))?;
-                let text = human.get("value")?.as_str()?.trim();
-                (!text.is_empty()).then(|| Item {
-                    name: format!("conversation-{i}"),
-                    prompt: text.to_string(),
-                    messages: None,
-                    max_tokens: None,
-                })
-            })
-            .collect();
+        let tokenizer = tokenizer_dir.map(|(dir, shown)| load_tokenizer(dir, shown)).transpose()?;
+        let mut items = Vec::new();
+        for (i, c) in conversations.iter().enumerate() {
+            let Some(turns) = c.get("conversations").and_then(Value::as_array) else { continue };
+            let from = |t: &Value, who: &str| t.get("from").and_then(Value::as_str) == Some(who);
+            let Some(at) = turns.iter().position(|t| from(t, "human")) else { continue };
+            let text = turns[at].get("value").and_then(Value::as_str).unwrap_or_default().trim();
+            if text.is_empty() {
+                continue;
+            }
+            let reply = turns.get(at + 1).filter(|t| from(t, "gpt")).and_then(|t| t.get("value")?.as_str());
+            let max_tokens = match (&tokenizer, reply) {
+                (Some((tokenizer, error)), Some(reply)) => {
+                    let ids = tokenizer.encode(reply, false).map_err(|e| error(e.to_string()))?;
+                    // An empty reply asks for nothing; a request needs at least one token.
+                    Some(ids.get_ids().len().max(1))
+                }
+                _ => None,
+            };
+            items.push(Item {
+                name: format!("conversation-{i}"),
+                prompt: text.to_string(),
+                messages: None,
+                max_tokens,
+            });
+        }
         if items.is_empty() {
             return Err(WorkloadError::Empty { path: shown.to_string() });
         }
-        Ok(Self::new("sharegpt", Some(shown), Some(&bytes), items))
+        let mut w = Self::new("sharegpt", Some(shown), Some(&bytes), items);
+        w.record.lengths = Some(match tokenizer_dir {
+            Some((_, shown)) => format!("output: each reply's length in tokens ({shown}/tokenizer.json)"),
+            None => "output: max_tokens (no tokenizer to count the replies with)".into(),
+        });
+        Ok(w)
     }
 
     /// `count` synthetic prompts of `input` tokens each (as `tokenizer_dir`'s tokenizer counts
@@ -203,11 +237,8 @@ impl Workload {
         seed: u64,
     ) -> Result<Self, WorkloadError> {
         use rand::{Rng, SeedableRng};
-        let path = tokenizer_dir.join("tokenizer.json");
-        let file = format!("{}/tokenizer.json", shown.trim_end_matches('/'));
-        let tokenizer_error = |cause: String| WorkloadError::Tokenizer { path: file.clone(), cause };
-        let bytes = std::fs::read(&path).map_err(|e| tokenizer_error(e.to_string()))?;
-        let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| tokenizer_error(e.to_string()))?;
+        let (tokenizer, tokenizer_error) = load_tokenizer(tokenizer_dir, shown)?;
+        let bytes = std::fs::read(tokenizer_dir.join("tokenizer.json")).map_err(|e| tokenizer_error(e.to_string()))?;
         let words: Vec<&str> = common::generate::ENGLISH_WORDS.split_whitespace().collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut items = Vec::with_capacity(count);
@@ -346,12 +377,12 @@ mod tests {
                 {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "Name a prime."}]}]"#,
         )
         .unwrap();
-        let w = Workload::sharegpt(&path, "s.json").unwrap();
+        let w = Workload::sharegpt(&path, "s.json", None).unwrap();
         let names: Vec<&str> = w.items.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(names, ["conversation-0", "conversation-2"]);
         assert_eq!(w.items[1].prompt, "Name a prime.");
         assert_eq!(w.record.source, "sharegpt");
         std::fs::write(&path, "{}").unwrap();
-        assert!(Workload::sharegpt(&path, "s.json").unwrap_err().to_string().contains("not an array"));
+        assert!(Workload::sharegpt(&path, "s.json", None).unwrap_err().to_string().contains("not an array"));
     }
 }

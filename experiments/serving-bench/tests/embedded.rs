@@ -834,6 +834,37 @@ fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded()
 }
 
 #[test]
+fn sharegpt_conversations_are_capped_at_their_replies_lengths_as_the_tokenizer_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("conversations.json");
+    let replies = ["Rayleigh scattering of sunlight by the air.", "Seven."];
+    let conversations = json!([
+        {"conversations": [{"from": "human", "value": "Why is the sky blue?"}, {"from": "gpt", "value": replies[0]}]},
+        {"conversations": [{"from": "human", "value": "Name a prime."}, {"from": "gpt", "value": replies[1]}]},
+        {"conversations": [{"from": "human", "value": "No answer came."}]},
+    ]);
+    std::fs::write(&file, conversations.to_string()).unwrap();
+    let args =
+        ["--target", "openai=embedded", "--sharegpt", file.to_str().unwrap(), "--ignore-eos", "--max-tokens", "9"];
+    let out = bench_run(tmp.path(), "sharegpt", &[&args[..], &["--rounds", "1", "--concurrency", "3"]].concat())
+        .expect("the benchmark run");
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    // The replies' lengths as the pinned checkpoint's tokenizer counts them; no reply: --max-tokens.
+    let dir = tmp.path().join("models/generated/tiny");
+    let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let count = |t: &str| tokenizer.encode(t, false).unwrap().get_ids().len() as u64;
+    let sent: Vec<(&str, u64)> = a.requests.iter().map(|r| (r.prompt.as_str(), r.output_tokens().0)).collect();
+    assert_eq!(
+        sent,
+        [("conversation-0", count(replies[0])), ("conversation-1", count(replies[1])), ("conversation-2", 9)]
+    );
+    let w = a.workload.as_ref().unwrap();
+    assert_eq!((w.source.as_str(), w.items, w.items_with_max_tokens), ("sharegpt", 3, 2));
+    assert!(w.lengths.as_deref().is_some_and(|l| l.contains("each reply's length")), "{w:?}");
+    assert_audits_ok(&out);
+}
+
+#[test]
 fn synthetic_prompts_have_the_lengths_drawn_as_the_tokenizer_counts() {
     let tmp = tempfile::tempdir().unwrap();
     let out = bench_run(
