@@ -16,7 +16,9 @@ use std::process::{Command, Stdio};
 use tools::registry::EXPERIMENTS;
 
 #[derive(Parser)]
-#[command(about = "Run every experiment on every manifest whose model is available; print a summary")]
+#[command(
+    about = "Run every experiment on every manifest whose model is available; print a summary and the table of the manifests' claims as the runs judged them"
+)]
 struct Cli {
     /// Treat a skipped manifest (model not available) as a failure.
     #[arg(long)]
