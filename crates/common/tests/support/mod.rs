@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use common::generate;
+use common::manifest::read_model_pin;
 use common::workspace::Workspace;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,13 +11,22 @@ pub fn workspace() -> Workspace {
     Workspace::discover_from(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("tests run inside the workspace")
 }
 
-/// The `tiny` checkpoint, generated once per test process into its own temporary folder.
+/// The `tiny` checkpoint, generated under cargo's scratch folder for integration tests and
+/// reused while it still matches its pin (a folder per process would pile up in the system's
+/// temporary folder: a static is never dropped). A file lock keeps test processes that run side
+/// by side from replacing it under each other.
 pub fn tiny_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let tmp = tempfile::tempdir().unwrap().keep();
-        let dir = tmp.join("tiny");
-        generate::generate_into(&generate::shape("tiny").unwrap(), &dir, false).unwrap();
+        let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        std::fs::create_dir_all(scratch).unwrap();
+        let lock = std::fs::File::create(scratch.join("tiny.lock")).unwrap();
+        lock.lock().unwrap();
+        let dir = scratch.join("tiny");
+        let pin = read_model_pin(&workspace().manifests_dir().join("models/tiny.json")).unwrap();
+        if pin.verify(&dir).is_err() {
+            generate::generate_into(&generate::shape("tiny").unwrap(), &dir, true).unwrap();
+        }
         dir
     })
     .clone()
