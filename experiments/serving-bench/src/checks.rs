@@ -23,8 +23,13 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
     }
     for (i, r) in artifact.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
-        let mut times =
-            vec![("scheduled_s", Some(r.scheduled_s)), ("sent_s", r.sent_s), ("first_byte_s", r.first_byte_s)];
+        let admitted = r.arrival.and_then(|a| a.admitted_s);
+        let mut times = vec![
+            ("scheduled_s", Some(r.scheduled_s)),
+            ("arrival.admitted_s", admitted),
+            ("sent_s", r.sent_s),
+            ("first_byte_s", r.first_byte_s),
+        ];
         if r.ok() {
             times.push(("first_token_s", r.first_token_s));
         }
@@ -90,8 +95,8 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
 /// An open loop kept its promises: each group's requests are numbered from 0 without a gap, the
 /// warm-up ones are the first `warmup_requests`, a group at a finite rate was sent on the
 /// schedule its seed draws (every `scheduled_s`, relative to the group's first, within a
-/// microsecond), no group sent more requests than asked, and under `max_concurrency` no more
-/// requests were in flight at once.
+/// microsecond), no group sent more requests than asked, a request waited past its time for a
+/// slot only under a cap, and under `max_concurrency` no more requests were in flight at once.
 fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut Findings) {
     // By runtime and rate (as bits): each request with its position in the artifact.
     type Group<'a> = Vec<(usize, &'a RequestRecord)>;
@@ -132,6 +137,18 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
                 at(*i, "arrival.warmup"),
                 format!("request {} of its group; warm-ups are the first {}", r.index, arrivals.warmup_requests),
             );
+        }
+        // Only a cap on a schedule makes a request wait past its time for a slot; a closed pool
+        // schedules each request at the instant its slot was freed.
+        if arrivals.max_concurrency.is_none() || rate.is_none() {
+            let waited = |r: &RequestRecord| r.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - r.scheduled_s > 1e-6);
+            if let Some((i, r)) = group.iter().find(|(_, r)| waited(r)) {
+                f.wrong(
+                    "invariants",
+                    at(*i, "arrival.admitted_s"),
+                    format!("later than its scheduled {} s, with no cap on a schedule to wait for", r.scheduled_s),
+                );
+            }
         }
         if let Some(rate) = rate {
             let offsets = crate::load::schedule(seed, rate, arrivals.burstiness, planned, arrivals.duration_s);

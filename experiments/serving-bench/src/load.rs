@@ -36,8 +36,15 @@ pub fn schedule(seed: u64, rate: f64, burstiness: f64, max_requests: usize, dura
     out
 }
 
+/// One open-loop group's requests, warm-up ones included (marked).
+pub struct GroupRun {
+    pub records: Vec<RequestRecord>,
+    /// At a finite rate: whether its pacer ran at real-time priority.
+    pub realtime_pacer: Option<bool>,
+}
+
 /// One open-loop group: `arrivals` at `rate` (`None`: unbounded) against `target`, items taken
-/// in turn from `items`. Returns every request, warm-up ones included (marked).
+/// in turn from `items`.
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
     http: &reqwest::Client,
@@ -50,13 +57,13 @@ pub async fn run_group(
     timeouts: &Timeouts,
     t0: Instant,
     progress: &indicatif::ProgressBar,
-) -> Vec<RequestRecord> {
-    let cap = arrivals.max_concurrency.map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
+) -> GroupRun {
     let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
     let offsets = rate.map(|r| schedule(seed, r, arrivals.burstiness, planned, arrivals.duration_s));
     let start = Instant::now();
+    let slots = arrivals.max_concurrency.map(|n| Slots::new(n, start));
     let stop = arrivals.duration_s.map(|d| start + Duration::from_secs_f64(d));
-    let pacer = Pacer::start();
+    let pacer = offsets.as_ref().map(|_| Pacer::start());
     let mut tasks = tokio::task::JoinSet::new();
     let mut index = 0usize;
     loop {
@@ -69,18 +76,21 @@ pub async fn run_group(
                 if let Some(ahead) = at.checked_sub(LEAD) {
                     tokio::time::sleep_until(ahead.into()).await;
                 }
-                (at, None, Some(pacer.wake_at(at)))
+                (at, None, pacer.as_ref().map(|p| p.wake_at(at)))
             }
-            // Unbounded rate: each request as soon as a slot is free (all at once without a cap).
+            // Unbounded rate: each request as soon as a slot is free (all at once without a cap),
+            // due from the instant its slot was freed.
             None => {
                 if index >= planned || stop.is_some_and(|s| Instant::now() >= s) {
                     break;
                 }
-                let slot = match &cap {
-                    Some(cap) => Some(cap.clone().acquire_owned().await.expect("the semaphore is never closed")),
-                    None => None,
-                };
-                (Instant::now(), slot, None)
+                match &slots {
+                    Some(slots) => {
+                        let slot = slots.take().await;
+                        (slot.freed, Some(slot), None)
+                    }
+                    None => (Instant::now(), None, None),
+                }
             }
         };
         let item = items[index % items.len()].clone();
@@ -94,7 +104,7 @@ pub async fn run_group(
             max_tokens: item.max_tokens.unwrap_or(max_tokens),
             seed,
         };
-        let (http, target, timeouts, cap) = (http.clone(), target.clone(), *timeouts, cap.clone());
+        let (http, target, timeouts, slots) = (http.clone(), target.clone(), *timeouts, slots.clone());
         let warmup = index < arrivals.warmup_requests;
         tasks.spawn(async move {
             // With a cap and a finite rate, a request whose time came while every slot was busy
@@ -103,14 +113,17 @@ pub async fn run_group(
                 // The pacer only ends after every wake-up it was given.
                 let _ = go.await;
             }
-            let _slot = match (slot, cap) {
+            let slot = match (slot, slots) {
                 (Some(slot), _) => Some(slot),
-                (None, Some(cap)) => Some(cap.acquire_owned().await.expect("the semaphore is never closed")),
+                (None, Some(slots)) => Some(slots.take().await),
                 (None, None) => None,
             };
+            let admitted = slot.as_ref().map_or(scheduled, |s| s.freed.max(scheduled));
             let spec = Spec { prompt_name: &item.name, prompt: &item.prompt, messages: item.messages.as_ref(), ..spec };
             let mut record = measure(&http, &target, &spec, &timeouts, t0, Some(scheduled)).await;
-            record.arrival = Some(Arrival { rate_rps: rate, warmup });
+            drop(slot);
+            let admitted_s = Some(admitted.duration_since(t0).as_secs_f64());
+            record.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s });
             record
         });
         index += 1;
@@ -125,7 +138,48 @@ pub async fn run_group(
         }
     }
     records.sort_by_key(|r| r.index);
-    records
+    GroupRun { records, realtime_pacer: pacer.map(|p| p.realtime) }
+}
+
+/// The `max_concurrency` slots, each carrying the instant it was last freed, so that a request
+/// that waited for one knows from when it could have been sent: its wait up to then is the
+/// cap's, after it the client's own.
+struct Slots {
+    permits: Arc<tokio::sync::Semaphore>,
+    /// One instant per permit not yet taken, oldest first: pushed before the permit is returned
+    /// and popped after one is taken, so a taker always finds one no later than its permit.
+    freed: std::sync::Mutex<std::collections::VecDeque<Instant>>,
+}
+
+/// A taken slot; dropping it frees it, stamped with the instant.
+struct Slot {
+    slots: Arc<Slots>,
+    /// When the slot this request holds was freed (the group's start for a slot never used).
+    freed: Instant,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Slots {
+    fn new(n: usize, start: Instant) -> Arc<Self> {
+        Arc::new(Slots {
+            permits: Arc::new(tokio::sync::Semaphore::new(n)),
+            freed: std::sync::Mutex::new(std::iter::repeat_n(start, n).collect()),
+        })
+    }
+
+    /// Waits for a free slot (first come, first served).
+    async fn take(self: &Arc<Self>) -> Slot {
+        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let freed = self.freed.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        Slot { slots: self.clone(), freed: freed.unwrap_or_else(Instant::now), _permit: permit }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Runs before the permit (a field) is returned.
+        self.slots.freed.lock().unwrap_or_else(|e| e.into_inner()).push_back(Instant::now());
+    }
 }
 
 /// How long before its time an open-loop request's task starts.
@@ -137,16 +191,23 @@ const LEAD: Duration = Duration::from_millis(5);
 /// with.
 struct Pacer {
     queue: std::sync::mpsc::Sender<(Instant, tokio::sync::oneshot::Sender<()>)>,
+    /// Whether its thread runs at real-time priority.
+    realtime: bool,
 }
 
 impl Pacer {
     fn start() -> Self {
         let (queue, wake_ups) = std::sync::mpsc::channel::<(Instant, tokio::sync::oneshot::Sender<()>)>();
+        let (told, priority) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let realtime = realtime_priority();
+            let _ = told.send(realtime);
+            // A thread at normal priority may be woken late while the server keeps the cores
+            // busy, so it wakes earlier and spins longer.
+            let spin = Duration::from_micros(if realtime { 100 } else { 200 });
             // In schedule order; the thread ends when the group drops its sender.
             for (at, wake) in wake_ups {
-                const SPIN: Duration = Duration::from_micros(200);
-                if let Some(rest) = at.checked_duration_since(Instant::now()).and_then(|d| d.checked_sub(SPIN)) {
+                if let Some(rest) = at.checked_duration_since(Instant::now()).and_then(|d| d.checked_sub(spin)) {
                     std::thread::sleep(rest);
                 }
                 while Instant::now() < at {
@@ -155,7 +216,7 @@ impl Pacer {
                 let _ = wake.send(());
             }
         });
-        Pacer { queue }
+        Pacer { queue, realtime: priority.recv().unwrap_or(false) }
     }
 
     /// A future that completes at `at` (at once if the pacer is gone).
@@ -163,6 +224,32 @@ impl Pacer {
         let (wake, woken) = tokio::sync::oneshot::channel();
         let _ = self.queue.send((at, wake));
         woken
+    }
+}
+
+/// Puts the calling thread at the lowest real-time priority, when the process may (root,
+/// `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` above 0): such a thread is woken at once, ahead of every
+/// normal one, where a normal thread waits up to a scheduler slice while the server keeps the
+/// cores busy. The pacer sleeps between wake-ups and spins only the last stretch, so the server
+/// loses next to nothing. Returns whether it took.
+fn realtime_priority() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: a plain system call on the calling thread (pid 0) with a valid parameter.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// What the artifact says of the pacer: whether it ran at real-time priority, and if not, how
+/// to let it.
+pub fn pacer_note(realtime: bool) -> String {
+    if realtime {
+        "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1).".into()
+    } else {
+        "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it): with the server on the same cores, expect more send lateness.".into()
     }
 }
 

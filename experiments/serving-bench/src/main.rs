@@ -283,6 +283,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
     // An open loop: per rate, each target in turn runs the rate's schedule.
     let rounds = if params.arrivals.is_some() { 0 } else { params.rounds };
+    let mut realtime_pacers = Vec::new();
     if let Some(arrivals) = &params.arrivals {
         for &rate in &arrivals.rates {
             for target in &targets {
@@ -301,7 +302,8 @@ async fn bench(args: BenchArgs) -> Result<()> {
                     &bar,
                 )
                 .await;
-                records.extend(group);
+                records.extend(group.records);
+                realtime_pacers.extend(group.realtime_pacer);
             }
         }
     }
@@ -374,7 +376,13 @@ async fn bench(args: BenchArgs) -> Result<()> {
             .map(|i| (i.name.clone(), i.prompt.clone()))
             .collect(),
         workload: Some(workload.record.clone()),
-        measurement_notes: serving::measurement_notes(),
+        measurement_notes: {
+            let mut notes = serving::measurement_notes();
+            if !realtime_pacers.is_empty() {
+                notes.insert("send_pacer".into(), load::pacer_note(realtime_pacers.iter().all(|&r| r)));
+            }
+            notes
+        },
         completed_at: common::provenance::now_utc(),
         requests: records,
         sent_headers,
@@ -408,10 +416,11 @@ fn print_table(a: &ServingArtifact) {
         row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
     };
     let open = a.arguments.arrivals.is_some();
-    let (group, late) = if open { ("rate", "late p99") } else { ("conc", "") };
+    // Send lateness, and in brackets the client's own part (without waits for a slot).
+    let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
     let slo = !a.arguments.slo.is_empty();
     println!(
-        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>9} {:>8} {:>9}",
+        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
         "runtime",
         group,
         "ok",
@@ -426,13 +435,17 @@ fn print_table(a: &ServingArtifact) {
         if slo && open { "goodput/s" } else { "" }
     );
     for row in &a.summary {
-        let lateness = if open { format!("{}ms", f(row, "send_lateness_s_p99", 1000.0)) } else { String::new() };
+        let lateness = if open {
+            format!("{} ({})ms", f(row, "send_lateness_s_p99", 1000.0), f(row, "client_lateness_s_p99", 1000.0))
+        } else {
+            String::new()
+        };
         let group =
             if open { row["request_rate"].to_string().replace('"', "") } else { row["concurrency"].to_string() };
         let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
         let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         println!(
-            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>9} {:>8} {:>9}",
+            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
             group,
             row["successes"].to_string(),

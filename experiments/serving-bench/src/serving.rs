@@ -144,6 +144,11 @@ pub struct Arrival {
     pub rate_rps: Option<f64>,
     /// Sent before the measured window: recorded, left out of the summary.
     pub warmup: bool,
+    /// When it could first be sent: its scheduled time, or, when every slot under
+    /// `max_concurrency` was taken then, the instant one was freed (in a closed pool, always
+    /// that instant). From here to `sent_s` is the client's own lateness; before it, the cap's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_s: Option<f64>,
 }
 
 impl RequestRecord {
@@ -179,6 +184,12 @@ impl RequestRecord {
     /// How late the client sent it: from when the schedule wanted it sent to when it was.
     pub fn lateness(&self) -> Option<f64> {
         self.sent_s.map(|s| s - self.scheduled_s)
+    }
+
+    /// The part of its lateness that was the client's own: from when it could first be sent (a
+    /// slot free, its time come) to when it was.
+    pub fn client_lateness(&self) -> Option<f64> {
+        Some(self.sent_s? - self.arrival?.admitted_s?)
     }
 
     pub fn ttft(&self) -> Option<f64> {
@@ -408,7 +419,8 @@ fn slo_columns(
 }
 
 /// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
-/// time from the first scheduled to the last sent), and the client's send lateness.
+/// time from the first scheduled to the last sent), and the send lateness: all of it, and the
+/// client's own part (without waits for a slot under the cap).
 fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option<f64>, group: &[&RequestRecord]) {
     row.insert("request_rate".into(), rate.map_or(serde_json::json!("inf"), |r| serde_json::json!(r)));
     let first = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
@@ -418,6 +430,11 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
     let lateness: Vec<f64> = group.iter().filter_map(|r| r.lateness()).collect();
     put(row, "send_lateness_s", &lateness);
     row.insert("send_lateness_s_max".into(), serde_json::json!(lateness.iter().copied().reduce(f64::max)));
+    let own: Vec<f64> = group.iter().filter_map(|r| r.client_lateness()).collect();
+    if !own.is_empty() {
+        put(row, "client_lateness_s", &own);
+        row.insert("client_lateness_s_max".into(), serde_json::json!(own.iter().copied().reduce(f64::max)));
+    }
 }
 
 /// A server under test (the seed's `runtimes` entries).
@@ -740,6 +757,7 @@ pub fn measurement_notes() -> BTreeMap<String, String> {
         ("request_tps", "Output tokens / total."),
         ("aggregate_output_tps", "Per round: successful output tokens of the concurrency group / the round's wall time (first request start to last end)."),
         ("output_tokens", "Server usage.completion_tokens, else Ollama eval_count, else the number of chunks with generated text; each summary lists the sources used."),
+        ("send_lateness", "Open loops: sent_s - scheduled_s, how late the client sent a request; client_lateness leaves out any wait for a slot under max_concurrency (sent_s - arrival.admitted_s), the part that was the client's own."),
         ("percentiles", "Linear interpolation between order statistics; every metric carries its sample count _n."),
     ]
     .into_iter()

@@ -634,6 +634,20 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
             assert!(r.scheduled_s <= r.sent_s.unwrap(), "{r:?}");
         }
     }
+    // Each could be sent from its time or, with every slot taken, from when one was freed; in
+    // the closed pool, each request after the first three is due when a slot was freed, which
+    // is after as many requests ended.
+    for r in &a.requests {
+        let admitted = r.arrival.unwrap().admitted_s.unwrap();
+        assert!(r.scheduled_s <= admitted && admitted <= r.sent_s.unwrap(), "{r:?}");
+    }
+    let pool = &a.requests[12..];
+    assert!(pool.iter().all(|r| r.arrival.unwrap().admitted_s == Some(r.scheduled_s)));
+    let mut due: Vec<f64> = pool[3..].iter().map(|r| r.scheduled_s).collect();
+    let mut ends: Vec<f64> = pool.iter().map(|r| r.end_s).collect();
+    due.sort_by(f64::total_cmp);
+    ends.sort_by(f64::total_cmp);
+    assert!(due.iter().zip(&ends).all(|(d, e)| d >= e), "{due:?} {ends:?}");
     // The schedule at 40/s is the one its seed draws, to the microsecond.
     let offsets = serving_bench::load::schedule(a.arguments.seed, 40.0, 0.5, 12, None);
     for (r, o) in a.requests[..12].iter().zip(&offsets) {
@@ -644,6 +658,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     for (row, rate) in a.summary.iter().zip([json!(40.0), json!("inf")]) {
         assert_eq!((row["request_rate"].clone(), row["requests"].as_u64()), (rate, Some(10)), "{row:?}");
         assert!(row["send_lateness_s_p99"].as_f64().is_some_and(|l| l >= 0.0), "{row:?}");
+        assert!(row["client_lateness_s_max"].as_f64() <= row["send_lateness_s_max"].as_f64(), "{row:?}");
         // Generous SLOs: every request meets them; goodput is then every request per second.
         assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(10), Some(1.0)), "{row:?}");
         assert!(row["goodput_rps"].as_f64().is_some_and(|g| g > 0.0) && row["ttft_s_p90"].is_number(), "{row:?}");
@@ -677,6 +692,15 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     let report = audit_of(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().starts_with("requests[5].scheduled_s"), "{}", report.first_reason());
+    // A request of the closed pool said to have waited past its time for a slot is named: only
+    // a cap on a schedule makes one wait.
+    let i = 12 + pool.iter().position(|r| r.sent_s.unwrap() - r.scheduled_s > 1e-5).expect("a request sent 10 us late");
+    let edited = resealed(&out, |v| {
+        let between = (a.requests[i].scheduled_s + a.requests[i].sent_s.unwrap()) / 2.0;
+        v["requests"][i]["arrival"]["admitted_s"] = json!(between);
+    });
+    let report = audit_of(&edited);
+    assert!(report.first_reason().starts_with(&format!("requests[{i}].arrival.admitted_s")), "{}", report.first_reason());
 }
 
 /// Runs the benchmark with `args` (models generated under `tmp`), its artifact at
