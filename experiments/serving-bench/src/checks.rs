@@ -2,6 +2,7 @@
 //! summary recomputed from the per-request records), and the predecessor's seed read for what its
 //! summary allows.
 
+use crate::load::{self, Load};
 use crate::serving::{Arrivals, RequestRecord};
 use common::finding::Findings;
 use serde_json::Value;
@@ -92,26 +93,59 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
     }
 }
 
-/// An open loop kept its promises: each group's requests are numbered from 0 without a gap, the
+/// An open loop kept its promises: it ran the groups planned (for a sweep, at the rates that its
+/// first two groups' records give), each group's requests are numbered from 0 without a gap, the
 /// warm-up ones are the first `warmup_requests`, a group at a finite rate was sent on the
 /// schedule its seed draws (every `scheduled_s`, relative to the group's first, within a
 /// microsecond), no group sent more requests than asked, a request waited past its time for a
 /// slot only under a cap, and under `max_concurrency` no more requests were in flight at once.
 fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut Findings) {
-    // By runtime and rate (as bits): each request with its position in the artifact.
-    type Group<'a> = Vec<(usize, &'a RequestRecord)>;
-    let mut groups: BTreeMap<(&str, Option<u64>), Group> = BTreeMap::new();
-    for (i, r) in requests.iter().enumerate() {
-        match r.arrival {
-            None => f.wrong("invariants", format!("requests[{i}].arrival"), "missing in an open-loop run"),
-            Some(a) if !arrivals.rates.contains(&a.rate_rps) => {
-                f.wrong("invariants", format!("requests[{i}].arrival.rate_rps"), "not among arguments.arrivals.rates")
+    // Each runtime's loads as the run planned them: one per rate, or a sweep's first two and
+    // then the rates that those two groups' records give.
+    let mut planned_loads: BTreeMap<&str, Vec<Load>> = BTreeMap::new();
+    for r in requests {
+        planned_loads.entry(r.runtime.as_str()).or_insert_with(|| {
+            let mut loads = Load::planned(arrivals);
+            if let Some(n) = arrivals.sweep {
+                let cap = arrivals.max_concurrency;
+                let swept = load::sweep_rates(requests, &r.runtime, n);
+                loads.extend(swept.into_iter().map(|rate| Load { rate: Some(rate), cap }));
             }
-            Some(a) => groups.entry((r.runtime.as_str(), a.rate_rps.map(f64::to_bits))).or_default().push((i, r)),
+            loads
+        });
+    }
+    // By runtime, rate (as bits) and cap: each request with its position in the artifact.
+    type Group<'a> = Vec<(usize, &'a RequestRecord)>;
+    let mut groups: BTreeMap<(&str, Option<u64>, Option<usize>), Group> = BTreeMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        let Some(a) = r.arrival else {
+            f.wrong("invariants", format!("requests[{i}].arrival"), "missing in an open-loop run");
+            continue;
+        };
+        let load = Load { rate: a.rate_rps, cap: (r.concurrency > 0).then_some(r.concurrency) };
+        if !planned_loads[r.runtime.as_str()].contains(&load) {
+            let planned = if arrivals.sweep.is_some() {
+                "the sweep's groups (its first two, then the rates they give)"
+            } else {
+                "arguments.arrivals.rates under arguments.arrivals.max_concurrency"
+            };
+            f.wrong(
+                "invariants",
+                format!("requests[{i}].arrival.rate_rps"),
+                format!("{}: not among {planned}", load.label()),
+            );
+            continue;
+        }
+        groups.entry((r.runtime.as_str(), a.rate_rps.map(f64::to_bits), load.cap)).or_default().push((i, r));
+    }
+    for (runtime, loads) in &planned_loads {
+        let present = |l: &Load| groups.contains_key(&(*runtime, l.rate.map(f64::to_bits), l.cap));
+        if let Some(missing) = loads.iter().find(|l| !present(l)) {
+            f.wrong("invariants", "requests", format!("{runtime}: no requests of its group {}", missing.label()));
         }
     }
     let planned = arrivals.num_requests.unwrap_or(crate::serving::MAX_COUNT);
-    for ((runtime, rate), group) in groups {
+    for ((runtime, rate, cap), group) in groups {
         let rate = rate.map(f64::from_bits);
         let at = |i: usize, k: &str| format!("requests[{i}].{k}");
         if group.len() > planned {
@@ -140,8 +174,9 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
         }
         // Only a cap on a schedule makes a request wait past its time for a slot; a closed pool
         // schedules each request at the instant its slot was freed.
-        if arrivals.max_concurrency.is_none() || rate.is_none() {
-            let waited = |r: &RequestRecord| r.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - r.scheduled_s > 1e-6);
+        if cap.is_none() || rate.is_none() {
+            let waited =
+                |r: &RequestRecord| r.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - r.scheduled_s > 1e-6);
             if let Some((i, r)) = group.iter().find(|(_, r)| waited(r)) {
                 f.wrong(
                     "invariants",
@@ -172,7 +207,7 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
                 None => {}
             }
         }
-        if let Some(cap) = arrivals.max_concurrency {
+        if let Some(cap) = cap {
             // Sweep the sends and ends in time order (an end before a send at the same instant).
             let mut events: Vec<(f64, i32)> =
                 group.iter().filter_map(|(_, r)| Some([(r.sent_s?, 1), (r.end_s, -1)])).flatten().collect();

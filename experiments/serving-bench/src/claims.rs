@@ -15,7 +15,8 @@ const METRICS: [&str; 4] = ["aggregate_output_tps", "ttft_s_p50", "tpot_s_p50", 
 pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentError> {
     let p: Parameters = read_as("parameters", parameters)?;
     let runs = match &p.arrivals {
-        Some(a) => a.rates.iter().map(|r| load_label(0, Some(*r))).collect(),
+        // A sweep's later rates are measured, not known: claims name its first two groups.
+        Some(a) => crate::load::Load::planned(a).iter().map(|l| l.label()).collect(),
         None => p.concurrency.iter().map(|c| load_label(*c, None)).collect(),
     };
     Ok(Vocabulary { run_metrics: METRICS.iter().map(|m| m.to_string()).collect(), runs, ..Vocabulary::default() })

@@ -136,10 +136,15 @@ pub struct BenchArgs {
     #[arg(long, value_parser = seconds)]
     pub timeout: Option<f64>,
     /// Open loop in place of the closed rounds: requests per second, comma-separated, one group
-    /// per rate (a sweep); `inf` sends each request as soon as `--max-concurrency` allows, or
+    /// per rate in order; `inf` sends each request as soon as `--max-concurrency` allows, or
     /// all at once without it [default: the manifest's load].
     #[arg(long, value_delimiter = ',', value_parser = rate)]
     pub request_rate: Vec<Rate>,
+    /// Open loop that finds its rates, as guidellm's sweep: per target, one request at a time,
+    /// then as many at once as `--max-concurrency` allows (every request without it), then N - 2
+    /// groups at rates evenly spaced between those two groups' completed requests/s.
+    #[arg(long, value_name = "N", conflicts_with = "request_rate")]
+    pub sweep: Option<usize>,
     /// Gamma shape of the gaps between arrivals: 1 is Poisson, below 1 burstier [default: 1].
     #[arg(long)]
     pub burstiness: Option<f64>,
@@ -296,6 +301,7 @@ impl BenchArgs {
             p.slo = args.slo.iter().cloned().collect();
         }
         let open = !args.request_rate.is_empty()
+            || args.sweep.is_some()
             || args.burstiness.is_some()
             || args.max_concurrency.is_some()
             || args.num_requests.is_some()
@@ -304,6 +310,7 @@ impl BenchArgs {
         if open {
             let a = p.arrivals.get_or_insert_with(|| serving::Arrivals {
                 rates: vec![None],
+                sweep: None,
                 burstiness: 1.0,
                 max_concurrency: None,
                 num_requests: None,
@@ -312,6 +319,11 @@ impl BenchArgs {
             });
             if !args.request_rate.is_empty() {
                 a.rates = args.request_rate.iter().map(|r| r.0).collect();
+                a.sweep = None;
+            }
+            if args.sweep.is_some() {
+                a.rates = Vec::new();
+                a.sweep = args.sweep;
             }
             a.burstiness = args.burstiness.unwrap_or(a.burstiness);
             a.max_concurrency = args.max_concurrency.or(a.max_concurrency);
@@ -327,7 +339,7 @@ impl BenchArgs {
 
     /// What the command line asked for, as `provenance.settings.requested` records it.
     pub fn requested(&self) -> Value {
-        json!({
+        let mut requested = json!({
             "target": self.target, "model_name": self.model_name, "warmups": self.warmups, "rounds": self.rounds,
             "concurrency": self.concurrency, "max_tokens": self.max_tokens, "seed": self.seed,
             "connect_timeout": self.connect_timeout, "first_token_timeout": self.first_token_timeout,
@@ -341,7 +353,12 @@ impl BenchArgs {
             "input_tokens": self.input_tokens.map(|l| l.describe()), "output_tokens": self.output_tokens.map(|l| l.describe()),
             "synthetic_count": self.synthetic_count, "tokenizer": self.tokenizer,
             "export": self.export.iter().map(|f| format!("{f:?}").to_lowercase()).collect::<Vec<_>>(),
-        })
+        });
+        // Named only when given, so that runs from before the flag read back as they were made.
+        if let Some(n) = self.sweep {
+            requested["sweep"] = json!(n);
+        }
+        requested
     }
 }
 

@@ -10,7 +10,7 @@
 //! the one promised.
 
 use crate::client::{measure, Spec, Target, Timeouts};
-use crate::serving::{Arrival, Arrivals, RequestRecord, MAX_COUNT};
+use crate::serving::{completed_rate, load_label, Arrival, Arrivals, RequestRecord, MAX_COUNT};
 use crate::workload::Item;
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -36,6 +36,44 @@ pub fn schedule(seed: u64, rate: f64, burstiness: f64, max_requests: usize, dura
     out
 }
 
+/// One open-loop group's load: its rate (`None`: each request as soon as the cap allows, every
+/// one at once without a cap) and its cap on requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    pub rate: Option<f64>,
+    pub cap: Option<usize>,
+}
+
+impl Load {
+    /// The groups that `arrivals` asks for up front: one per rate, or a sweep's first two
+    /// (one request at a time, then as many as the cap allows).
+    pub fn planned(arrivals: &Arrivals) -> Vec<Load> {
+        match arrivals.sweep {
+            Some(_) => vec![Load { rate: None, cap: Some(1) }, Load { rate: None, cap: arrivals.max_concurrency }],
+            None => arrivals.rates.iter().map(|&rate| Load { rate, cap: arrivals.max_concurrency }).collect(),
+        }
+    }
+
+    /// How tables and the progress bar name it.
+    pub fn label(&self) -> String {
+        load_label(self.cap.unwrap_or(0), Some(self.rate))
+    }
+}
+
+/// A sweep's remaining rates for `runtime`, from its first two groups among `records`: `groups -
+/// 2` rates evenly spaced between the completed request rates of its `synchronous` and
+/// `rate-inf` groups, neither end included (guidellm's sweep). Empty when either group has no
+/// success to measure a rate by. The audit recomputes them from the artifact's records.
+pub fn sweep_rates(records: &[RequestRecord], runtime: &str, groups: usize) -> Vec<f64> {
+    let all = crate::serving::groups(records);
+    let rate_of = |load: &str| {
+        all.iter().find(|g| g.runtime == runtime && g.load == load).and_then(|g| completed_rate(&g.records))
+    };
+    let (Some(low), Some(high)) = (rate_of("synchronous"), rate_of("rate-inf")) else { return Vec::new() };
+    let steps = groups.saturating_sub(1).max(1) as f64;
+    (1..groups.saturating_sub(1)).map(|k| low + (high - low) * k as f64 / steps).collect()
+}
+
 /// One open-loop group's requests, warm-up ones included (marked).
 pub struct GroupRun {
     pub records: Vec<RequestRecord>,
@@ -43,14 +81,14 @@ pub struct GroupRun {
     pub realtime_pacer: Option<bool>,
 }
 
-/// One open-loop group: `arrivals` at `rate` (`None`: unbounded) against `target`, items taken
-/// in turn from `items`.
+/// One open-loop group of `arrivals` under `load` against `target`, items taken in turn from
+/// `items`.
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
     http: &reqwest::Client,
     target: &Target,
     arrivals: &Arrivals,
-    rate: Option<f64>,
+    load: Load,
     items: &[Item],
     max_tokens: usize,
     seed: u64,
@@ -58,10 +96,11 @@ pub async fn run_group(
     t0: Instant,
     progress: &indicatif::ProgressBar,
 ) -> GroupRun {
+    let Load { rate, cap } = load;
     let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
     let offsets = rate.map(|r| schedule(seed, r, arrivals.burstiness, planned, arrivals.duration_s));
     let start = Instant::now();
-    let slots = arrivals.max_concurrency.map(|n| Slots::new(n, start));
+    let slots = cap.map(|n| Slots::new(n, start));
     let stop = arrivals.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let pacer = offsets.as_ref().map(|_| Pacer::start());
     let mut tasks = tokio::task::JoinSet::new();
@@ -95,7 +134,7 @@ pub async fn run_group(
         };
         let item = items[index % items.len()].clone();
         let spec = Spec {
-            concurrency: arrivals.max_concurrency.unwrap_or(0),
+            concurrency: cap.unwrap_or(0),
             round: 0,
             index,
             prompt_name: "",

@@ -256,7 +256,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     };
     let per_target = match &params.arrivals {
         // A group bounded by its duration alone has no count known up front: the bar counts up.
-        Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.rates.len()),
+        Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.sweep.unwrap_or(a.rates.len())),
         None => params
             .concurrency
             .iter()
@@ -281,19 +281,24 @@ async fn bench(args: BenchArgs) -> Result<()> {
             bar.inc(1);
         }
     }
-    // An open loop: per rate, each target in turn runs the rate's schedule.
+    // An open loop: per group, each target in turn runs it. A sweep's later groups have rates
+    // of each target's own, from its first two.
     let rounds = if params.arrivals.is_some() { 0 } else { params.rounds };
     let mut realtime_pacers = Vec::new();
     if let Some(arrivals) = &params.arrivals {
-        for &rate in &arrivals.rates {
-            for target in &targets {
-                let label = rate.map_or("inf".to_string(), |r| format!("{r}"));
-                bar.set_message(format!("{} at {label} requests/s", target.name));
+        // Per group, each target's load (none: it sits the group out).
+        let mut steps: Vec<Vec<Option<load::Load>>> =
+            load::Load::planned(arrivals).into_iter().map(|l| vec![Some(l); targets.len()]).collect();
+        let mut step = 0;
+        while step < steps.len() {
+            for (target, group_load) in targets.iter().zip(&steps[step]) {
+                let Some(group_load) = *group_load else { continue };
+                bar.set_message(format!("{} {}", target.name, group_load.label()));
                 let group = load::run_group(
                     &http,
                     target,
                     arrivals,
-                    rate,
+                    group_load,
                     items,
                     params.max_tokens,
                     params.seed,
@@ -304,6 +309,21 @@ async fn bench(args: BenchArgs) -> Result<()> {
                 .await;
                 records.extend(group.records);
                 realtime_pacers.extend(group.realtime_pacer);
+            }
+            step += 1;
+            if let (Some(n), 2) = (arrivals.sweep, step) {
+                let rates: Vec<Vec<f64>> = targets.iter().map(|t| load::sweep_rates(&records, &t.name, n)).collect();
+                for (t, r) in targets.iter().zip(&rates) {
+                    let shown: Vec<String> = r.iter().map(|r| format!("{r:.3}")).collect();
+                    bar.suspend(|| println!("{}: sweep rates {} requests/s", t.name, shown.join(", ")));
+                }
+                // A target without rates to sweep (no success in either group) sits the rest out.
+                for k in 0..n.saturating_sub(2) {
+                    let cap = arrivals.max_concurrency;
+                    steps.push(
+                        rates.iter().map(|r| r.get(k).map(|&rate| load::Load { rate: Some(rate), cap })).collect(),
+                    );
+                }
             }
         }
     }
@@ -420,7 +440,7 @@ fn print_table(a: &ServingArtifact) {
     let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
     let slo = !a.arguments.slo.is_empty();
     println!(
-        "{:<18} {:>6} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
+        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
         "runtime",
         group,
         "ok",
@@ -440,12 +460,16 @@ fn print_table(a: &ServingArtifact) {
         } else {
             String::new()
         };
-        let group =
-            if open { row["request_rate"].to_string().replace('"', "") } else { row["concurrency"].to_string() };
+        let group = match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
+            (false, _) => row["concurrency"].to_string(),
+            (true, Some(rate)) => format!("{rate:.2}"),
+            (true, None) if row["concurrency"] == 1 => "sync".into(),
+            (true, None) => "inf".into(),
+        };
         let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
         let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         println!(
-            "{:<18} {:>6} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
+            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
             group,
             row["successes"].to_string(),

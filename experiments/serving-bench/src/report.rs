@@ -104,7 +104,7 @@ fn sweep_curves(groups: &[(String, Value)], section: &mut Section) {
         let lines = runtimes
             .iter()
             .map(|name| {
-                let points = open
+                let mut points: Vec<(f64, f64)> = open
                     .iter()
                     .filter(|r| r.get("runtime").and_then(Value::as_str) == Some(name))
                     .filter_map(|r| {
@@ -112,6 +112,8 @@ fn sweep_curves(groups: &[(String, Value)], section: &mut Section) {
                         Some((x, r.get(key).and_then(Value::as_f64)? * 1000.0))
                     })
                     .collect();
+                // Left to right: a sweep runs its slowest and fastest groups first.
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
                 (name.to_string(), points)
             })
             .collect();
@@ -147,7 +149,7 @@ pub(crate) fn compare(a: &Value, b: &Value) -> Vec<CompareRow> {
 }
 
 /// The serving summary rows, each labelled `runtime c=N` (closed rounds) or `runtime rate=R`
-/// (open loop; `max=N` with a cap on requests in flight).
+/// (open loop; `max=N` with a cap on requests in flight; `synchronous` for one at a time).
 fn serving_groups(a: &Value) -> Vec<(String, Value)> {
     a.get("summary")
         .and_then(Value::as_array)
@@ -158,8 +160,14 @@ fn serving_groups(a: &Value) -> Vec<(String, Value)> {
                     let c = r.get("concurrency").and_then(Value::as_u64).unwrap_or(0);
                     let label = match r.get("request_rate") {
                         Some(rate) => {
-                            let rate = rate.as_str().map_or_else(|| rate.to_string(), str::to_string);
-                            if c > 0 {
+                            // A sweep's measured rates to the thousandth; a given rate as given.
+                            let rate = match rate.as_f64() {
+                                Some(r) if (r * 1000.0).fract() != 0.0 => format!("{r:.3}"),
+                                _ => rate.as_str().map_or_else(|| rate.to_string(), str::to_string),
+                            };
+                            if c == 1 && rate == "inf" {
+                                format!("{runtime} synchronous")
+                            } else if c > 0 {
                                 format!("{runtime} rate={rate} max={c}")
                             } else {
                                 format!("{runtime} rate={rate}")

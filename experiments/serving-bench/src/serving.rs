@@ -298,21 +298,34 @@ pub(crate) fn summarize_group(
     row
 }
 
-/// One round's successful output tokens over its wall time (first scheduled to last end).
+/// The wall time of a round or group: from its first scheduled request to its last end.
+fn window_s(group: &[&RequestRecord]) -> Option<f64> {
+    let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+    let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
+    (end > start).then_some(end - start)
+}
+
+/// One round's successful output tokens over its wall time.
 pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
-    let start = round.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
-    let end = round.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
     // Saturating: the counts may come from a file the audit reads.
     let tokens = round.iter().filter(|r| r.ok()).fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
-    (end > start).then(|| tokens as f64 / (end - start))
+    window_s(round).map(|w| tokens as f64 / w)
+}
+
+/// A group's successful requests per second of its wall time: the rate the server sustained.
+pub fn completed_rate(group: &[&RequestRecord]) -> Option<f64> {
+    let ok = group.iter().filter(|r| r.ok()).count();
+    window_s(group).map(|w| ok as f64 / w).filter(|r| *r > 0.0)
 }
 
 /// A group's load as claims, exports and tables name it: `c4` (closed groups of 4), `rate8` or
-/// `rate-inf` (an open loop's rate).
+/// `rate-inf` (an open loop's rate), `synchronous` (an unbounded rate under a cap of one).
 pub fn load_label(concurrency: usize, open_loop_rate: Option<Option<f64>>) -> String {
     match open_loop_rate {
         None => format!("c{concurrency}"),
         Some(Some(rate)) => format!("rate{rate}"),
+        // A closed pool of one: a request at a time.
+        Some(None) if concurrency == 1 => "synchronous".into(),
         Some(None) => "rate-inf".into(),
     }
 }
@@ -412,9 +425,7 @@ fn slo_columns(
     row.insert("slo_met".into(), serde_json::json!(met));
     row.insert("slo_met_share".into(), serde_json::json!((!group.is_empty()).then(|| met as f64 / group.len() as f64)));
     if open {
-        let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
-        let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
-        row.insert("goodput_rps".into(), serde_json::json!((end > start).then(|| met as f64 / (end - start))));
+        row.insert("goodput_rps".into(), serde_json::json!(window_s(group).map(|w| met as f64 / w)));
     }
 }
 
@@ -528,13 +539,20 @@ impl Endpoint {
     }
 }
 
-/// An open-loop load: one group per rate, each sent on its own schedule.
+/// An open-loop load: one group per rate, each sent on its own schedule; or a sweep, whose rates
+/// come from measuring the target first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Arrivals {
     /// Requests per second, one group per rate, in order; `null`: unbounded (every request at
-    /// once, or a closed pool under `max_concurrency`).
+    /// once, or a closed pool under `max_concurrency`). Empty for a sweep.
     pub rates: Vec<Option<f64>>,
+    /// A sweep of this many groups per target, as guidellm's: one request at a time
+    /// (`synchronous`), then as many at once as `max_concurrency` allows (`rate-inf`), then the
+    /// rest at rates evenly spaced between those two groups' completed request rates
+    /// ([`crate::load::sweep_rates`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<usize>,
     /// Shape of the gamma distribution of the gaps between arrivals: 1 is Poisson, below 1
     /// burstier, above 1 more even.
     pub burstiness: f64,
@@ -548,6 +566,9 @@ pub struct Arrivals {
     /// The first requests of each group, sent and recorded but left out of the summary.
     pub warmup_requests: usize,
 }
+
+/// The most groups a sweep may have.
+pub const MAX_SWEEP: usize = 100;
 
 /// The fastest rate accepted, requests per second.
 pub const MAX_RATE: f64 = 1e6;
@@ -629,8 +650,24 @@ impl Parameters {
 
 impl Arrivals {
     fn validate(&self) -> Result<(), Invalid> {
-        if self.rates.is_empty() {
-            return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)"));
+        match (self.rates.is_empty(), self.sweep) {
+            (true, None) => return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)")),
+            (false, Some(_)) => {
+                return Err(Invalid::new(
+                    "arrivals.sweep",
+                    "a sweep finds its own rates: give rates or a sweep, not both",
+                ))
+            }
+            (true, Some(n)) if !(2..=MAX_SWEEP).contains(&n) => {
+                return Err(Invalid::new("arrivals.sweep", format!("{n}: must be in 2..={MAX_SWEEP} groups")))
+            }
+            (true, Some(_)) if self.max_concurrency == Some(1) => {
+                return Err(Invalid::new(
+                    "arrivals.max_concurrency",
+                    "1 makes a sweep's throughput group its synchronous one: allow more, or none",
+                ))
+            }
+            _ => {}
         }
         if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
             return Err(Invalid::new(
@@ -679,7 +716,10 @@ impl Arrivals {
                 "unbounded; give num_requests (--num-requests) or duration_s (--duration)",
             ));
         }
-        if self.rates.contains(&None) && self.max_concurrency.is_none() && self.num_requests.is_none() {
+        if (self.rates.contains(&None) || self.sweep.is_some())
+            && self.max_concurrency.is_none()
+            && self.num_requests.is_none()
+        {
             return Err(Invalid::new(
                 "arrivals.num_requests",
                 "an unbounded rate without max_concurrency sends every request at once: give their number",

@@ -700,7 +700,59 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         v["requests"][i]["arrival"]["admitted_s"] = json!(between);
     });
     let report = audit_of(&edited);
-    assert!(report.first_reason().starts_with(&format!("requests[{i}].arrival.admitted_s")), "{}", report.first_reason());
+    assert!(
+        report.first_reason().starts_with(&format!("requests[{i}].arrival.admitted_s")),
+        "{}",
+        report.first_reason()
+    );
+}
+
+#[test]
+fn a_sweep_runs_one_at_a_time_then_flat_out_then_at_rates_between_and_the_audit_rederives_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--target",
+        "openai=embedded",
+        "--sweep",
+        "4",
+        "--max-concurrency",
+        "4",
+        "--num-requests",
+        "8",
+        "--warmup-requests",
+        "1",
+        "--max-tokens",
+        "4",
+    ];
+    let out = bench_run(tmp.path(), "sweep", &args).expect("the benchmark run");
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests.iter().find(|r| !r.ok()));
+    // Four groups of eight: one request at a time, then four at a time, then two rates between
+    // the completed request rates of those two, evenly spaced, neither end included.
+    assert_eq!(a.requests.len(), 32);
+    let loads: Vec<(Option<f64>, usize)> =
+        a.requests.chunks(8).map(|g| (g[0].arrival.unwrap().rate_rps, g[0].concurrency)).collect();
+    assert_eq!(loads[..2], [(None, 1), (None, 4)]);
+    let rate = |g: &[serving_bench::serving::RequestRecord]| {
+        serving_bench::serving::completed_rate(&g[1..].iter().collect::<Vec<_>>()).unwrap()
+    };
+    let (low, high) = (rate(&a.requests[..8]), rate(&a.requests[8..16]));
+    let between = [low + (high - low) / 3.0, low + 2.0 * (high - low) / 3.0];
+    assert_eq!(loads[2..], [(Some(between[0]), 4), (Some(between[1]), 4)], "{low} {high}");
+    // One at a time: each request sent after the one before it ended.
+    assert!(a.requests[..8].windows(2).all(|w| w[1].sent_s.unwrap() >= w[0].end_s), "{:?}", &a.requests[..8]);
+    let labels: Vec<&str> = a.summary.iter().map(|r| r["request_rate"].as_str().unwrap_or("rate")).collect();
+    assert_eq!((labels, a.summary[0]["concurrency"].as_u64()), (vec!["inf", "inf", "rate", "rate"], Some(1)));
+    assert_audits_ok(&out);
+    // The audit derives the rates again from the first two groups: a slower synchronous group
+    // on file (one end moved, sealed again) no longer gives the rates the run used.
+    let edited = resealed(&out, |v| {
+        let end = v["requests"][7]["end_s"].as_f64().unwrap() + 1.0;
+        v["requests"][7]["end_s"] = json!(end);
+    });
+    let report = audit_of(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Wrong);
+    assert!(report.first_reason().contains("not among the sweep's groups"), "{}", report.first_reason());
 }
 
 /// Runs the benchmark with `args` (models generated under `tmp`), its artifact at
@@ -971,7 +1023,7 @@ mod reqwest {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 23] = [
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
@@ -991,6 +1043,10 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--request-rate", "5", "--num-requests", "10", "--warmup-requests", "10"], "arrivals.warmup_requests"),
         (&["--request-rate", "inf", "--duration", "5"], "arrivals.num_requests"),
         (&["--request-rate", "1000000", "--duration", "604800"], "is more than 1048576 requests"),
+        (&["--sweep", "1", "--num-requests", "4"], "arrivals.sweep: 1: must be in 2..=100"),
+        (&["--sweep", "4", "--request-rate", "5"], "cannot be used with"),
+        (&["--sweep", "4", "--num-requests", "4", "--max-concurrency", "1"], "arrivals.max_concurrency: 1 makes"),
+        (&["--sweep", "4", "--duration", "5"], "arrivals.num_requests"),
     ];
     for (args, expected) in cases {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
