@@ -79,6 +79,46 @@ pub struct ClaimResult {
     pub note: Option<String>,
 }
 
+/// One pair of runs of a judged claim, as the claims tables (printed and in the report) show it.
+pub struct PairLine {
+    /// `later / earlier`.
+    pub runs: String,
+    pub rounds: usize,
+    /// [`describe_ratio`].
+    pub ratio: String,
+    /// The pair's verdict; the claim's beside the last pair's when it has several.
+    pub verdict: String,
+}
+
+impl ClaimResult {
+    /// Its id, and the scope it was judged in: `id [scope]`.
+    pub fn label(&self) -> String {
+        match &self.scope {
+            Some(scope) => format!("{} [{scope}]", self.claim.id),
+            None => self.claim.id.clone(),
+        }
+    }
+
+    /// Its pairs as table lines, in order.
+    pub fn lines(&self) -> Vec<PairLine> {
+        let n = self.pairs.len();
+        self.pairs
+            .iter()
+            .enumerate()
+            .map(|(i, pair)| PairLine {
+                runs: format!("{} / {}", pair.later, pair.earlier),
+                rounds: pair.ratios.len(),
+                ratio: describe_ratio(pair),
+                verdict: match (n, i + 1 == n) {
+                    (1, _) => self.verdict.name().to_string(),
+                    (_, true) => format!("{} (claim: {})", pair.verdict.name(), self.verdict.name()),
+                    _ => pair.verdict.name().to_string(),
+                },
+            })
+            .collect()
+    }
+}
+
 /// Judges each claim on the observations, once per scope they hold (in order of appearance).
 pub fn judge(claims: &[Claim], observations: &[Observation]) -> Vec<ClaimResult> {
     let mut scopes: Vec<Option<String>> = Vec::new();

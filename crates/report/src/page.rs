@@ -36,25 +36,16 @@ fn claims_section(a: &Artifact, section: &mut Section) {
     let _ = writeln!(md, "### Claims\n\nJudged by {}.\n", common::evidence::METHOD);
     let _ = writeln!(md, "| claim | statement | expected | runs (later / earlier) | rounds | ratio [interval] | verdict |\n|---|---|---|---|---|---|---|");
     for r in &a.claims {
-        let scope = r.scope.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
-        for (i, p) in r.pairs.iter().enumerate() {
+        for (i, line) in r.lines().into_iter().enumerate() {
             let (id, statement, expected) = if i == 0 {
-                (format!("`{}`{scope}", r.claim.id), r.claim.statement.replace('|', "/"), r.claim.expect.describe())
+                (format!("`{}`", r.label()), r.claim.statement.replace('|', "/"), r.claim.expect.describe())
             } else {
                 Default::default()
             };
-            let verdict = if r.pairs.len() == 1 {
-                r.verdict.name().to_string()
-            } else {
-                format!("{} (claim: {})", p.verdict.name(), r.verdict.name())
-            };
             let _ = writeln!(
                 md,
-                "| {id} | {statement} | {expected} | {} / {} | {} | {} | **{verdict}** |",
-                p.later,
-                p.earlier,
-                p.ratios.len(),
-                common::evidence::describe_ratio(p)
+                "| {id} | {statement} | {expected} | {} | {} | {} | **{}** |",
+                line.runs, line.rounds, line.ratio, line.verdict
             );
         }
     }

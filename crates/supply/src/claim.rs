@@ -41,11 +41,39 @@ pub struct Claim {
 }
 
 /// The range a paired ratio is expected in: `lower` (below 1), `higher` (above 1), or bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Read by hand ([`Deserialize`] below) so that a mistake gets a message that says what to write.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Expect {
     Word(Direction),
     Range(Range),
+}
+
+impl<'de> Deserialize<'de> for Expect {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        const WHAT: &str = r#""lower", "higher" or {"at_least": x, "at_most": y}"#;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Expect;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(WHAT)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Expect, E> {
+                match word {
+                    "lower" => Ok(Expect::Word(Direction::Lower)),
+                    "higher" => Ok(Expect::Word(Direction::Higher)),
+                    _ => Err(E::custom(format!("`{word}` is not an expectation; write {WHAT}"))),
+                }
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<Expect, M::Error> {
+                Range::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Expect::Range)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -226,6 +254,23 @@ mod tests {
         assert_eq!(c.expect.bounds(), Range { at_least: Some(1.3), at_most: None });
         assert_eq!(c.expect.describe(), ">= 1.3");
         assert!(check(&[c], &names()).is_ok());
+    }
+
+    #[test]
+    fn a_mistaken_expectation_says_what_to_write() {
+        let read = |expect: &str| {
+            let json = format!(r#"{{"id":"x","statement":"s","metric":"m","runs":["a","b"],"expect":{expect}}}"#);
+            serde_json::from_str::<Claim>(&json).unwrap_err().to_string()
+        };
+        let word = read(r#""faster""#);
+        assert!(
+            word.starts_with(r#"`faster` is not an expectation; write "lower", "higher" or {"at_least""#),
+            "{word}"
+        );
+        let field = read(r#"{"at_lest": 1.3}"#);
+        assert!(field.starts_with("unknown field `at_lest`, expected `at_least` or `at_most`"), "{field}");
+        let kind = read("1.3");
+        assert!(kind.contains(r#"expected "lower", "higher" or {"at_least""#), "{kind}");
     }
 
     #[test]

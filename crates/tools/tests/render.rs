@@ -128,7 +128,7 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
         md.contains("| interleave / fifo | 1 | 0.211 | **inconclusive** |"),
         "the seed's interleave claim as a point estimate"
     );
-    assert!(md.contains("| `batching-raises-aggregate-throughput` [vllm-metal] |"), "the serving seed's claim");
+    assert!(md.contains("| `batching-raises-aggregate-throughput [vllm-metal]` |"), "the serving seed's claim");
     let forest = out.join("000_56313d9d03231830/claims");
     let svg = std::fs::read_to_string(forest.with_extension("svg")).unwrap();
     assert!(svg.contains("interleave-cuts-interactive-ttft") && svg.contains("inconclusive"));

@@ -289,25 +289,16 @@ pub fn claims_table(rows: &[(String, &ClaimResult)]) -> String {
         vec![["manifest", "claim", "expected", "runs (later / earlier)", "rounds", "ratio [interval]", "verdict"]
             .map(String::from)];
     for (label, result) in rows {
-        let claim = match &result.scope {
-            Some(scope) => format!("{} [{scope}]", result.claim.id),
-            None => result.claim.id.clone(),
-        };
-        for (i, pair) in result.pairs.iter().enumerate() {
-            let verdict = match (result.pairs.len(), i + 1 == result.pairs.len()) {
-                (1, _) => result.verdict.name().to_string(),
-                (_, true) => format!("{} (claim: {})", pair.verdict.name(), result.verdict.name()),
-                _ => pair.verdict.name().to_string(),
-            };
+        for (i, line) in result.lines().into_iter().enumerate() {
             let first = |s: String| if i == 0 { s } else { String::new() };
             lines.push([
                 first(label.clone()),
-                first(claim.clone()),
+                first(result.label()),
                 first(result.claim.expect.describe()),
-                format!("{} / {}", pair.later, pair.earlier),
-                pair.ratios.len().to_string(),
-                crate::evidence::describe_ratio(pair),
-                verdict,
+                line.runs,
+                line.rounds.to_string(),
+                line.ratio,
+                line.verdict,
             ]);
         }
     }
