@@ -45,18 +45,18 @@ pub enum WorkloadError {
     Tokenizer { path: String, cause: String },
 }
 
-/// A checkpoint folder's `tokenizer.json` (`shown`: the folder as recorded), with the error
-/// that names it.
-#[allow(clippy::type_complexity)] // the tokenizer, and the one error its later failures map to
+/// A checkpoint folder's `tokenizer.json` (`shown`: the folder as recorded), its bytes (for the
+/// workload's digest) and the error that names it.
+#[allow(clippy::type_complexity)] // the tokenizer, its file, and the one error its later failures map to
 fn load_tokenizer(
     dir: &Path,
     shown: &str,
-) -> Result<(tokenizers::Tokenizer, impl Fn(String) -> WorkloadError), WorkloadError> {
+) -> Result<(tokenizers::Tokenizer, Vec<u8>, impl Fn(String) -> WorkloadError), WorkloadError> {
     let file = format!("{}/tokenizer.json", shown.trim_end_matches('/'));
     let error = move |cause: String| WorkloadError::Tokenizer { path: file.clone(), cause };
     let bytes = std::fs::read(dir.join("tokenizer.json")).map_err(|e| error(e.to_string()))?;
     let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| error(e.to_string()))?;
-    Ok((tokenizer, error))
+    Ok((tokenizer, bytes, error))
 }
 
 /// A distribution of token counts: `fixed:N`, `uniform:LO:HI` (both included) or
@@ -201,7 +201,7 @@ impl Workload {
             }
             let reply = turns.get(at + 1).filter(|t| from(t, "gpt")).and_then(|t| t.get("value")?.as_str());
             let max_tokens = match (&tokenizer, reply) {
-                (Some((tokenizer, error)), Some(reply)) => {
+                (Some((tokenizer, _, error)), Some(reply)) => {
                     let ids = tokenizer.encode(reply, false).map_err(|e| error(e.to_string()))?;
                     // An empty reply asks for nothing; a request needs at least one token.
                     Some(ids.get_ids().len().max(1))
@@ -237,8 +237,7 @@ impl Workload {
         seed: u64,
     ) -> Result<Self, WorkloadError> {
         use rand::{Rng, SeedableRng};
-        let (tokenizer, tokenizer_error) = load_tokenizer(tokenizer_dir, shown)?;
-        let bytes = std::fs::read(tokenizer_dir.join("tokenizer.json")).map_err(|e| tokenizer_error(e.to_string()))?;
+        let (tokenizer, bytes, tokenizer_error) = load_tokenizer(tokenizer_dir, shown)?;
         let words: Vec<&str> = common::generate::ENGLISH_WORDS.split_whitespace().collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut items = Vec::with_capacity(count);
