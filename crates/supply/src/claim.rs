@@ -41,7 +41,7 @@ pub struct Claim {
 }
 
 /// The range a paired ratio is expected in: `lower` (below 1), `higher` (above 1), or bounds.
-/// Read by hand ([`Deserialize`] below) so that a mistake gets a message that says what to write.
+// Read by hand (`Deserialize` below) so that a mistake gets a message that says what to write.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Expect {
