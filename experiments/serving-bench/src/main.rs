@@ -460,12 +460,7 @@ fn print_table(a: &ServingArtifact) {
         } else {
             String::new()
         };
-        let group = match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
-            (false, _) => row["concurrency"].to_string(),
-            (true, Some(rate)) => format!("{rate:.2}"),
-            (true, None) if row["concurrency"] == 1 => "sync".into(),
-            (true, None) => "inf".into(),
-        };
+        let group = load_cell(row, open);
         let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
         let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         println!(
@@ -486,6 +481,17 @@ fn print_table(a: &ServingArtifact) {
     }
 }
 
+/// A summary row's load as the tables show it: the closed rounds' concurrency, else the open
+/// loop's rate (`sync`: one at a time; `inf`: as fast as the cap allows).
+fn load_cell(row: &BTreeMap<String, serde_json::Value>, open: bool) -> String {
+    match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
+        (false, _) => row["concurrency"].to_string(),
+        (true, Some(rate)) => format!("{rate:.2}"),
+        (true, None) if row["concurrency"] == 1 => "sync".into(),
+        (true, None) => "inf".into(),
+    }
+}
+
 /// Median and range of `values`, as "median (min-max)".
 fn spread(values: &[f64]) -> String {
     let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
@@ -502,7 +508,7 @@ fn spread(values: &[f64]) -> String {
 /// lowest.
 fn print_comparison(a: &ServingArtifact) {
     if a.arguments.arrivals.is_some() {
-        return; // an open loop has no rounds to pair
+        return print_open_comparison(a); // an open loop has no rounds to pair
     }
     // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
     let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
@@ -545,5 +551,42 @@ fn print_comparison(a: &ServingArtifact) {
                 println!("  {:<18} {}x", t.name, spread(&scaling));
             }
         }
+    }
+}
+
+/// An open loop's groups beside the first target's group under the same load (rate and cap):
+/// each figure over the first target's. A sweep's rates are each target's own (found from its
+/// own saturation), so there only the synchronous and throughput groups pair; its curves in the
+/// report compare the rest.
+fn print_open_comparison(a: &ServingArtifact) {
+    let Some(first) = a.runtimes.first().filter(|_| a.runtimes.len() > 1) else { return };
+    let load =
+        |row: &BTreeMap<String, serde_json::Value>| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
+    let runtime = |row: &BTreeMap<String, serde_json::Value>| {
+        row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string()
+    };
+    let mut columns =
+        vec![("ttft_s_p99", "TTFT p99"), ("total_s_p50", "total p50"), ("aggregate_output_tps_mean", "output tok/s")];
+    if !a.arguments.slo.is_empty() {
+        columns.push(("goodput_rps", "goodput"));
+    }
+    let mut lines = Vec::new();
+    for row in a.summary.iter().filter(|r| runtime(r) != first.name) {
+        let Some(base) = a.summary.iter().find(|b| runtime(b) == first.name && load(b) == load(row)) else { continue };
+        let ratios: Vec<String> = columns
+            .iter()
+            .map(|(key, name)| {
+                let value = |r: &BTreeMap<String, serde_json::Value>| r.get(*key).and_then(serde_json::Value::as_f64);
+                match (value(row), value(base)) {
+                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {:.2}x", x / b),
+                    _ => format!("{name} -"),
+                }
+            })
+            .collect();
+        lines.push(format!("  {:<18} {:>8}  {}", runtime(row), load_cell(row, true), ratios.join(", ")));
+    }
+    if !lines.is_empty() {
+        println!("\neach target over {} under the same load", first.name);
+        println!("{}", lines.join("\n"));
     }
 }

@@ -755,6 +755,36 @@ fn a_sweep_runs_one_at_a_time_then_flat_out_then_at_rates_between_and_the_audit_
     assert!(report.first_reason().contains("not among the sweep's groups"), "{}", report.first_reason());
 }
 
+#[test]
+fn an_open_loop_prints_each_target_over_the_first_under_the_same_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("pair.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(["--target", "openai=embedded", "--target", "ollama=embedded", "--request-rate", "50,inf"])
+        .args(["--max-concurrency", "2", "--num-requests", "6", "--max-tokens", "4", "--slo", "ttft_ms=60000"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let (_, after) = stdout.split_once("each target over embedded-openai under the same load").expect(&stdout);
+    // A line per rate, its ratios those of the summary rows under that load.
+    let lines: Vec<&str> = after.lines().filter(|l| l.trim_start().starts_with("embedded-ollama")).collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for (line, rate) in lines.iter().zip([json!(50.0), json!("inf")]) {
+        let row = |runtime: &str| {
+            a.summary.iter().find(|r| r["runtime"] == runtime && r["request_rate"] == rate).expect("a summary row")
+        };
+        let ratio =
+            |key: &str| row("embedded-ollama")[key].as_f64().unwrap() / row("embedded-openai")[key].as_f64().unwrap();
+        let expected = format!("TTFT p99 {:.2}x, total p50 {:.2}x", ratio("ttft_s_p99"), ratio("total_s_p50"));
+        assert!(line.contains(&expected) && line.contains("goodput "), "{line} lacks {expected}");
+    }
+}
+
 /// Runs the benchmark with `args` (models generated under `tmp`), its artifact at
 /// `tmp/<name>.json`; the artifact's path, or the run's error output.
 fn bench_run(tmp: &Path, name: &str, args: &[&str]) -> Result<PathBuf, String> {
