@@ -67,7 +67,12 @@ mkdir -p artifacts/bench
 
 # The client holding its schedule: 500 requests/s (Poisson) against the embedded server on the
 # tiny checkpoint, in its own process with room for 256 streams; the artifact's
-# send_lateness_s_p99 is the client's lateness at that rate.
+# send_lateness_s_p99 is the client's lateness at that rate. The prompts are vLLM's random kind:
+# 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The seed's prompts
+# through the chat template are about 89 tokens each, over 40,000 prefill tokens a second at
+# this rate, more than the server sustains on the two cores it shares with the client: its 256
+# slots then fill, requests wait for one, and send lateness measures the server's backlog rather
+# than the client (the client prints a note when that happens; client_lateness_s keeps its own part).
 cleanup
 server_pid=
 ./target/release/models generate tiny
@@ -78,4 +83,5 @@ for _ in $(seq 100); do grep -q 'http://' target/bench/embedded-serve.log && bre
 url=$(grep -o 'http://[0-9.:]*' target/bench/embedded-serve.log | head -1)
 ./target/release/serving-bench --target "openai=$url" --request-rate 500 --max-concurrency 256 \
   --num-requests 3000 --warmup-requests 100 --max-tokens 8 \
+  --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
   --out "artifacts/bench/client-schedule-$(date -u +%Y%m%dT%H%M%SZ).json"

@@ -175,9 +175,7 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
         // Only a cap on a schedule makes a request wait past its time for a slot; a closed pool
         // schedules each request at the instant its slot was freed.
         if cap.is_none() || rate.is_none() {
-            let waited =
-                |r: &RequestRecord| r.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - r.scheduled_s > 1e-6);
-            if let Some((i, r)) = group.iter().find(|(_, r)| waited(r)) {
+            if let Some((i, r)) = group.iter().find(|(_, r)| r.waited_for_slot()) {
                 f.wrong(
                     "invariants",
                     at(*i, "arrival.admitted_s"),

@@ -422,6 +422,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     print_table(&artifact);
+    for note in serving::backlog_notes(&artifact.requests) {
+        println!("note: {note}");
+    }
     print_comparison(&artifact);
     if let (false, Some(p)) = (artifact.claims.is_empty(), &prepared) {
         let rows: Vec<_> = artifact.claims.iter().map(|c| (p.manifest_label(), c)).collect();

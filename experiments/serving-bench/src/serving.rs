@@ -192,6 +192,12 @@ impl RequestRecord {
         Some(self.sent_s? - self.arrival?.admitted_s?)
     }
 
+    /// Whether it could not be sent at its time because every slot under `max_concurrency` was
+    /// taken (admitted later than scheduled; a microsecond allowed for the seconds' rounding).
+    pub fn waited_for_slot(&self) -> bool {
+        self.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - self.scheduled_s > 1e-6)
+    }
+
     pub fn ttft(&self) -> Option<f64> {
         self.first_token_s.map(|t| t - self.scheduled_s)
     }
@@ -356,6 +362,28 @@ pub fn groups(records: &[RequestRecord]) -> Vec<Group<'_>> {
         out[i].records.push(r);
     }
     out
+}
+
+/// One line per open-loop group at a finite rate whose measured requests waited for a slot under
+/// `max_concurrency`: the server fell behind the schedule, and the send lateness of those
+/// requests is its backlog rather than the client's (the client's own part stays in
+/// `client_lateness`). Printed after the table, so that a reader does not take one for the other.
+pub fn backlog_notes(records: &[RequestRecord]) -> Vec<String> {
+    groups(records)
+        .into_iter()
+        .filter_map(|g| {
+            let Some(Some(rate)) = g.rate else { return None };
+            let waited = g.records.iter().filter(|r| r.waited_for_slot()).count();
+            (waited > 0).then(|| {
+                format!(
+                    "{} at {rate} requests/s: {waited} of {} measured requests waited for one of the {} slots (the server fell behind the schedule); their send lateness includes that wait, the client's own is in brackets",
+                    g.runtime,
+                    g.records.len(),
+                    g.concurrency
+                )
+            })
+        })
+        .collect()
 }
 
 /// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
@@ -837,6 +865,30 @@ mod tests {
             chunk_tokens: Vec::new(),
             replica: None,
         }
+    }
+
+    #[test]
+    fn a_backlog_is_noted_only_where_requests_on_a_schedule_waited_for_a_slot() {
+        let open = |index: usize, scheduled: f64, admitted: f64, rate: Option<f64>, warmup: bool| {
+            let mut r = rec(0, scheduled, scheduled + 0.5, scheduled + 1.0, 4);
+            r.index = index;
+            r.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s: Some(admitted) });
+            r
+        };
+        // On time, and admitted when its time came: no note.
+        let on_time = vec![open(0, 0.0, 0.0, Some(8.0), false), open(1, 0.1, 0.1, Some(8.0), false)];
+        assert!(backlog_notes(&on_time).is_empty());
+        // A warm-up that waited is outside the measured window; a measured one that waited is named.
+        let mut behind = on_time.clone();
+        behind.push(open(2, 0.2, 0.7, Some(8.0), true));
+        assert!(backlog_notes(&behind).is_empty());
+        behind.push(open(3, 0.3, 0.9, Some(8.0), false));
+        assert_eq!(
+            backlog_notes(&behind),
+            vec!["r at 8 requests/s: 1 of 3 measured requests waited for one of the 2 slots (the server fell behind the schedule); their send lateness includes that wait, the client's own is in brackets"]
+        );
+        // A closed pool's requests are due when their slot is freed: never a backlog.
+        assert!(backlog_notes(&[open(0, 0.0, 0.0, None, false), open(1, 0.4, 0.4, None, false)]).is_empty());
     }
 
     #[test]
