@@ -9,7 +9,7 @@
 //! crate, then the experiments, then the tools.
 
 pub use engine::{greedy, kernel, load, memory, policy, qwen, schedule, session, stepper, template};
-pub use records::{artifact, build_facts, chart, evidence, finding, provenance, schema, stats};
+pub use records::{artifact, budget, build_facts, chart, evidence, finding, provenance, schema, stats};
 pub use supply::{claim, config, digest, generate, gguf, manifest, pin, resolve, weights, workspace};
 
 pub use engine::threads as engine_threads;

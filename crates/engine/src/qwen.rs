@@ -336,6 +336,14 @@ impl Qwen2 {
         layers + self.lm_head.bytes() + embed
     }
 
+    /// Bytes a cache for `capacity` positions takes ([`Self::new_cache`]'s allocation, in F32):
+    /// for a run to check that its sessions fit before it makes them.
+    pub fn cache_bytes(&self, capacity: usize) -> usize {
+        let stored = capacity.min(self.max_positions).next_multiple_of(kernel::TILE);
+        let per_layer = 2usize.saturating_mul(self.kv_heads).saturating_mul(stored).saturating_mul(self.head_dim);
+        per_layer.saturating_mul(self.layers.len()).saturating_mul(std::mem::size_of::<f32>())
+    }
+
     /// A cache for up to `capacity` positions, allocated once.
     pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
         let capacity = capacity.min(self.max_positions);

@@ -213,7 +213,8 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         if stepper.is_empty() {
             match pending.peek() {
                 Some(next) => {
-                    std::thread::sleep(Duration::from_secs_f64((next.arrival_ms - now_ms).max(0.0) / 1000.0));
+                    let wait = (next.arrival_ms - now_ms).max(0.0) / 1000.0;
+                    std::thread::sleep(supply::manifest::seconds(&format!("job `{}` arrival_ms", next.id), wait)?);
                     continue;
                 }
                 None => break,

@@ -24,6 +24,9 @@ pub enum EngineError {
     Forward(#[from] candle_core::Error),
     #[error("the engine panicked in a step: {0}")]
     Panicked(String),
+    /// A wait the run was asked for that no clock can keep (see [`supply::manifest::seconds`]).
+    #[error(transparent)]
+    Wait(#[from] supply::manifest::Invalid),
 }
 
 /// Why a session ended.

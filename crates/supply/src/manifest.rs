@@ -43,6 +43,23 @@ impl Invalid {
     }
 }
 
+/// The longest wait a manifest or a flag may ask for, in seconds (a week): beyond it a timeout or
+/// an arrival is no longer a plan for a run, and far beyond it the clock's arithmetic overflows.
+pub const MAX_WAIT_S: f64 = 7.0 * 86_400.0;
+
+/// A number of seconds that a manifest or a flag gives (`field` names it) as a [`Duration`]: the
+/// one conversion every such float goes through, so that NaN, a negative, an infinite or an
+/// astronomically large value is an error naming the field, never a panic or a wrapped wait.
+///
+/// [`Duration`]: std::time::Duration
+pub fn seconds(field: &str, secs: f64) -> Result<std::time::Duration, Invalid> {
+    if !(secs.is_finite() && (0.0..=MAX_WAIT_S).contains(&secs)) {
+        return Err(Invalid::new(field, format!("{secs} s: must be a time from 0 to {MAX_WAIT_S} seconds (a week)")));
+    }
+    // In range, so the conversion cannot fail; the fallback only keeps this function panic-free.
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| Invalid::new(field, format!("{secs} s: {e}")))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("{path}: cannot read: {cause}")]
@@ -131,5 +148,17 @@ mod tests {
         std::fs::write(&path, r#"{"experiment":"x","model":"tiny","parameters":{},"colour":"red"}"#).unwrap();
         let err = read_experiment_manifest::<serde_json::Value, serde_json::Value>(&path).unwrap_err().to_string();
         assert!(err.contains("unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn every_float_of_seconds_converts_or_names_its_field() {
+        assert_eq!(seconds("t", 1.5), Ok(std::time::Duration::from_millis(1500)));
+        assert_eq!(seconds("t", 0.0), Ok(std::time::Duration::ZERO));
+        assert_eq!(seconds("t", MAX_WAIT_S).map(|d| d.as_secs()), Ok(604_800));
+        for bad in [f64::NAN, -1e-9, f64::INFINITY, 1e300, MAX_WAIT_S * 1.000001, f64::MAX] {
+            let e = seconds("arrival_ms", bad).unwrap_err();
+            assert_eq!(e.field, "arrival_ms");
+            assert!(e.problem.contains("from 0 to 604800"), "{e}");
+        }
     }
 }

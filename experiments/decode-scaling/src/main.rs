@@ -51,6 +51,11 @@ fn run(args: Args) -> Result<()> {
             params.steps
         );
     }
+    // The largest batch's caches must fit: each session holds a cache for its whole point.
+    let batch = params.batches.iter().copied().max().unwrap_or(1);
+    let cache = model.model.cache_bytes(params.batch_context + params.steps + 1) as u64;
+    common::budget::fits("parameters.batches", batch as u64, cache, 0, common::budget::available_bytes())
+        .map_err(|problem| anyhow::anyhow!("{origin}: {problem}"))?;
     // What fills a context: the chat-templated prompt's ids, repeated. The values do not change
     // a step's work; the stock loop needs real ids in its cache, our caches are marked filled.
     let (_, prompt) = model.encode_user_prompt("Explain cache invalidation in one sentence.")?;
@@ -103,12 +108,7 @@ fn run(args: Args) -> Result<()> {
         prefill,
         summary,
         ratios,
-        notes: "Wall-clock times on this machine, both loops in one process taking turns point by point. Ours decodes \
-                through Qwen2::greedy_batch over caches marked filled to the context (a step's work does not depend \
-                on the cached values) and prefills through Session steps; the stock loop is candle-transformers' \
-                qwen2::ModelForCausalLM in F32 with its own concatenating KV cache, filled by real forwards, and \
-                takes the argmax of its logits."
-            .into(),
+        notes: decode_scaling::NOTES.into(),
         provenance,
     };
     let path = prepared.write(args.model.out.as_ref(), &artifact)?;
