@@ -7,7 +7,7 @@
 //! names the file, never a panic.
 
 use crate::qwen::{Qwen2, WeightDtype};
-use crate::template::{ChatTemplate, TemplateError};
+use crate::template::{ChatTemplate, Message, TemplateError};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2::Config;
@@ -47,6 +47,40 @@ pub struct LoadedModel {
     pub template: ChatTemplate,
     pub stop_ids: Vec<u32>,
     pub device: Device,
+    /// The tokenizer with special tokens read as plain text, for message contents that spell
+    /// one; made the first time one does.
+    literal: std::sync::OnceLock<Tokenizer>,
+}
+
+/// Two private-use characters that no message holds, to mark where each content is rendered.
+fn markers(messages: &[Message<'_>]) -> (char, char) {
+    let free = |c: &char| !messages.iter().any(|m| m.content.contains(*c));
+    // The private-use area has 6,400 characters; a conversation that holds all of them is
+    // marked with the first two anyway, and `unmark` then finds them unbalanced and refuses.
+    let mut candidates = ('\u{E000}'..='\u{F8FF}').filter(free);
+    let open = candidates.next().unwrap_or('\u{E000}');
+    let close = candidates.next().unwrap_or('\u{E001}');
+    (open, close)
+}
+
+/// The rendered text without its markers, and the byte ranges the marked contents take in it;
+/// `None` when the markers do not pair up (the template cut or reordered a content).
+fn unmark(rendered: &str, open: char, close: char) -> Option<(String, Vec<(usize, usize)>)> {
+    let mut text = String::with_capacity(rendered.len());
+    let mut contents = Vec::new();
+    let mut start = None;
+    for c in rendered.chars() {
+        match (c, start) {
+            (c, None) if c == open => start = Some(text.len()),
+            (c, Some(s)) if c == close => {
+                contents.push((s, text.len()));
+                start = None;
+            }
+            (c, _) if c == open || c == close => return None,
+            (c, _) => text.push(c),
+        }
+    }
+    start.is_none().then_some((text, contents))
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, LoadError> {
@@ -90,14 +124,87 @@ impl LoadedModel {
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DTYPE, &device) }
             .map_err(|e| LoadError::Weights(e.to_string()))?;
         let model = Arc::new(Qwen2::load(&config, vb, dtype).map_err(|e| LoadError::Weights(e.to_string()))?);
-        Ok(LoadedModel { dir: dir.to_path_buf(), config, model, tokenizer, template, stop_ids, device })
+        Ok(LoadedModel {
+            dir: dir.to_path_buf(),
+            config,
+            model,
+            tokenizer,
+            template,
+            stop_ids,
+            device,
+            literal: std::sync::OnceLock::new(),
+        })
     }
 
-    /// The chat-templated prompt for one user message and its token ids.
+    /// The chat-templated prompt for one user message and its token ids ([`Self::encode_chat`]).
     pub fn encode_user_prompt(&self, prompt: &str) -> Result<(String, Vec<u32>), LoadError> {
-        let text = self.template.render_user(prompt)?;
-        let enc = self.tokenizer.encode(text.as_str(), false).map_err(|e| LoadError::Encode(e.to_string()))?;
-        Ok((text, enc.get_ids().to_vec()))
+        self.encode_chat(&[Message { role: "user", content: prompt }], true)
+    }
+
+    /// A conversation rendered through the checkpoint's chat template, and its token ids, with
+    /// special tokens (`<|im_end|>`, `<|im_start|>`) encoded only where the template put them:
+    /// a message that spells one is tokenized as the text it is, so a client cannot close its
+    /// turn and open another (a system turn, say) by typing the control token.
+    ///
+    /// Each message's content is rendered between two marker characters that no content holds,
+    /// so the content's place in the rendered text is known whatever the template writes around
+    /// it. The text without markers is tokenized whole, as before; only when a special token
+    /// falls inside a content's place is it tokenized again in pieces: split at the template's
+    /// own special tokens, each piece with special tokens read as text. The tokenizer splits at
+    /// special tokens before anything else, so for any other content the ids are exactly the
+    /// whole text's.
+    pub fn encode_chat(
+        &self,
+        messages: &[Message<'_>],
+        add_generation_prompt: bool,
+    ) -> Result<(String, Vec<u32>), LoadError> {
+        let (open, close) = markers(messages);
+        let wrapped: Vec<String> = messages.iter().map(|m| format!("{open}{}{close}", m.content)).collect();
+        let marked: Vec<Message> =
+            messages.iter().zip(&wrapped).map(|(m, content)| Message { role: m.role, content }).collect();
+        let rendered = self.template.render(&marked, add_generation_prompt)?;
+        let (text, contents) = unmark(&rendered, open, close).ok_or_else(|| {
+            LoadError::Encode(
+                "the chat template changed its messages' text; this engine cannot tell them apart from the template's"
+                    .into(),
+            )
+        })?;
+        let encode =
+            |tokenizer: &Tokenizer, s: &str| tokenizer.encode(s, false).map_err(|e| LoadError::Encode(e.to_string()));
+        let whole = encode(&self.tokenizer, &text)?;
+        let specials: std::collections::HashSet<u32> = self
+            .tokenizer
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect();
+        let special = |id: u32| specials.contains(&id);
+        let inside = |(start, end): (usize, usize)| contents.iter().any(|&(a, b)| start < b && a < end);
+        let spelled = whole.get_ids().iter().zip(whole.get_offsets()).any(|(&id, &at)| special(id) && inside(at));
+        if !spelled {
+            return Ok((text, whole.get_ids().to_vec()));
+        }
+        let literal = self.literal.get_or_init(|| {
+            let mut t = self.tokenizer.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let mut ids = Vec::with_capacity(whole.len());
+        let mut from = 0;
+        let template_specials =
+            whole.get_ids().iter().zip(whole.get_offsets()).filter(|(&id, &at)| special(id) && !inside(at));
+        for (&id, &(start, end)) in template_specials {
+            if from < start {
+                ids.extend_from_slice(encode(literal, &text[from..start])?.get_ids());
+            }
+            ids.push(id);
+            from = end;
+        }
+        if from < text.len() {
+            ids.extend_from_slice(encode(literal, &text[from..])?.get_ids());
+        }
+        Ok((text, ids))
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {

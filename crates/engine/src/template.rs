@@ -61,11 +61,6 @@ impl ChatTemplate {
         Ok(ChatTemplate { env })
     }
 
-    /// The prompt text for one user message, followed by the assistant's generation prompt.
-    pub(crate) fn render_user(&self, content: &str) -> Result<String, TemplateError> {
-        self.render(&[Message { role: "user", content }], true)
-    }
-
     pub fn render(&self, messages: &[Message<'_>], add_generation_prompt: bool) -> Result<String, TemplateError> {
         let template = self.env.get_template("chat").map_err(|e| TemplateError::Render(e.to_string()))?;
         template
@@ -82,7 +77,7 @@ mod tests {
     fn qwen_template_renders_like_transformers() {
         let t = ChatTemplate::new(supply::generate::QWEN25_CHAT_TEMPLATE.to_string()).unwrap();
         assert_eq!(
-            t.render_user("Name one reason to bound a request queue.").unwrap(),
+            t.render(&[Message { role: "user", content: "Name one reason to bound a request queue." }], true).unwrap(),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n\
              <|im_start|>user\nName one reason to bound a request queue.<|im_end|>\n<|im_start|>assistant\n"
         );
@@ -98,7 +93,7 @@ mod tests {
         assert!(err.contains("no `chat_template`"), "{err}");
         assert!(ChatTemplate::new("{% if %}".into()).is_err());
         let raising = ChatTemplate::new("{{ raise_exception('no system role') }}".into()).unwrap();
-        let err = raising.render_user("x").unwrap_err().to_string();
+        let err = raising.render(&[Message { role: "user", content: "x" }], true).unwrap_err().to_string();
         assert!(err.contains("no system role"), "{err}");
     }
 }

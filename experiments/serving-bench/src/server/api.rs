@@ -117,9 +117,11 @@ fn prepare(state: &AppState, endpoint: Endpoint, request: GenerationRequest) -> 
     };
     let (field, prompt_ids) = match &request.input {
         Input::Messages(turns) => {
+            // Special tokens only where the template puts them: a message that spells
+            // `<|im_end|>` cannot open a turn of its own.
             let turns: Vec<Message> = turns.iter().map(|t| Message { role: &t.role, content: &t.content }).collect();
-            let text = model.template.render(&turns, true).map_err(|e| Rejection::bad("messages", e.to_string()))?;
-            ("messages", tokenize("messages", &text)?)
+            let (_, ids) = model.encode_chat(&turns, true).map_err(|e| Rejection::bad("messages", e.to_string()))?;
+            ("messages", ids)
         }
         Input::Text(text) => ("prompt", tokenize("prompt", text)?),
         Input::Tokens(ids) => {
