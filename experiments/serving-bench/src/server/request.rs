@@ -142,7 +142,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 Some(_) => return Err(Rejection::bad("stream_options", "`stream_options` must be an object")),
             };
             let ignore_eos = optional_bool("ignore_eos", obj.get("ignore_eos"))?.unwrap_or(false);
-            sampling(obj, "")?;
+            sampling(obj, false)?;
             Ok(GenerationRequest {
                 model,
                 input,
@@ -193,7 +193,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
             let max_tokens = match obj.get("options") {
                 None | Some(Value::Null) => None,
                 Some(Value::Object(options)) => {
-                    sampling(options, "options.")?;
+                    sampling(options, true)?;
                     match options.get("num_predict") {
                         Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => {
                             return Err(Rejection::bad(
@@ -243,9 +243,7 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
             }
         }
     }
-    for field in
-        ["logprobs", "top_logprobs", "echo", "suffix", "stop", "tools", "functions", "response_format", "logit_bias"]
-    {
+    for field in ["logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "response_format", "logit_bias"] {
         if obj.get(field).is_some_and(|v| !is_empty(v) && v != &Value::Bool(false)) {
             return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
         }
@@ -253,23 +251,107 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// Sampling settings: checked for type and range, then unused, since the server is greedy
-/// (temperature 0 whatever is asked, as the README says).
-fn sampling(obj: &Map<String, Value>, prefix: &str) -> Result<(), Rejection> {
-    for (field, lo, hi) in [("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)] {
-        if let Some(v) = obj.get(field).filter(|v| !v.is_null()) {
-            let ok = v.as_f64().is_some_and(|x| (lo..=hi).contains(&x));
-            if !ok {
-                return Err(Rejection::bad(
-                    format!("{prefix}{field}"),
-                    format!("`{prefix}{field}` must be a number from {lo} to {hi}"),
-                ));
-            }
+/// What a setting's value may be.
+#[derive(Clone, Copy)]
+enum Range {
+    /// A number from `.0` to `.1`.
+    Number(f64, f64),
+    /// A number above 0 and at most `.0`.
+    Positive(f64),
+    /// An integer from `.0` to `.1`.
+    Integer(i64, i64),
+    /// Any integer (a seed: signed or unsigned 64 bits).
+    AnyInteger,
+    /// true or false.
+    Bool,
+    /// Refused: the server cannot honour it, and dropping it would change the answer silently.
+    Unsupported,
+}
+
+/// The sampling settings both APIs take, by their names in OpenAI's body (vLLM's extensions
+/// included) and in Ollama's `options`: one rule for both, so the same value is accepted or
+/// refused whichever API carries it.
+const SAMPLING: [(&str, &str, Range); 9] = [
+    ("temperature", "temperature", Range::Number(0.0, 2.0)),
+    ("top_p", "top_p", Range::Number(0.0, 1.0)),
+    ("top_k", "top_k", Range::Integer(0, i32::MAX as i64)),
+    ("min_p", "min_p", Range::Number(0.0, 1.0)),
+    ("seed", "seed", Range::AnyInteger),
+    ("repetition_penalty", "repeat_penalty", Range::Positive(10.0)),
+    ("presence_penalty", "presence_penalty", Range::Number(-2.0, 2.0)),
+    ("frequency_penalty", "frequency_penalty", Range::Number(-2.0, 2.0)),
+    ("stop", "stop", Range::Unsupported),
+];
+
+/// Ollama's other documented options: checked for type, then unused (this server's context,
+/// threads and memory are its own). Options Ollama does not know are ignored, as Ollama does.
+const OLLAMA_OPTIONS: [(&str, Range); 19] = [
+    ("num_ctx", Range::Integer(1, i32::MAX as i64)),
+    ("num_keep", Range::Integer(-1, i32::MAX as i64)),
+    ("num_batch", Range::Integer(1, i32::MAX as i64)),
+    ("num_gpu", Range::Integer(-1, i32::MAX as i64)),
+    ("main_gpu", Range::Integer(0, i32::MAX as i64)),
+    ("num_thread", Range::Integer(0, i32::MAX as i64)),
+    ("repeat_last_n", Range::Integer(-1, i32::MAX as i64)),
+    ("typical_p", Range::Number(0.0, 1.0)),
+    ("mirostat", Range::Integer(0, 2)),
+    ("mirostat_tau", Range::Number(0.0, 100.0)),
+    ("mirostat_eta", Range::Number(0.0, 100.0)),
+    ("numa", Range::Bool),
+    ("low_vram", Range::Bool),
+    ("f16_kv", Range::Bool),
+    ("logits_all", Range::Bool),
+    ("vocab_only", Range::Bool),
+    ("use_mmap", Range::Bool),
+    ("use_mlock", Range::Bool),
+    ("penalize_newline", Range::Bool),
+];
+
+/// Checks one setting (`field` as the client wrote it) against its range; `null` is absent.
+fn check_setting(field: &str, value: &Value, range: Range) -> Result<(), Rejection> {
+    if value.is_null() {
+        return Ok(());
+    }
+    let (ok, want) = match range {
+        Range::Number(lo, hi) => {
+            (value.as_f64().is_some_and(|x| (lo..=hi).contains(&x)), format!("a number from {lo} to {hi}"))
+        }
+        Range::Positive(hi) => {
+            (value.as_f64().is_some_and(|x| x > 0.0 && x <= hi), format!("a number above 0 and at most {hi}"))
+        }
+        Range::Integer(lo, hi) => {
+            (value.as_i64().is_some_and(|x| (lo..=hi).contains(&x)), format!("an integer from {lo} to {hi}"))
+        }
+        Range::AnyInteger => (value.as_i64().is_some() || value.as_u64().is_some(), "an integer".to_string()),
+        Range::Bool => (value.is_boolean(), "true or false".to_string()),
+        Range::Unsupported if is_empty(value) || value == &Value::Bool(false) => (true, String::new()),
+        Range::Unsupported => {
+            return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")))
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Rejection::bad(field, format!("`{field}` must be {want}, not {value}")))
+    }
+}
+
+/// Sampling settings, in an OpenAI body (`ollama` false) or Ollama's `options` (named
+/// `options.<name>`): checked for type and range by one rule for both APIs, then unused, since
+/// the server is greedy (temperature 0 whatever is asked, as the README says).
+fn sampling(obj: &Map<String, Value>, ollama: bool) -> Result<(), Rejection> {
+    let prefix = if ollama { "options." } else { "" };
+    for (openai, in_options, range) in SAMPLING {
+        let name = if ollama { in_options } else { openai };
+        if let Some(v) = obj.get(name) {
+            check_setting(&format!("{prefix}{name}"), v, range)?;
         }
     }
-    if let Some(v) = obj.get("seed").filter(|v| !v.is_null()) {
-        if v.as_i64().is_none() && v.as_u64().is_none() {
-            return Err(Rejection::bad(format!("{prefix}seed"), format!("`{prefix}seed` must be an integer")));
+    if ollama {
+        for (name, range) in OLLAMA_OPTIONS {
+            if let Some(v) = obj.get(name) {
+                check_setting(&format!("options.{name}"), v, range)?;
+            }
         }
     }
     Ok(())
@@ -406,6 +488,58 @@ mod tests {
         assert_eq!((e.param.as_str(), e.message.as_str()), ("prompt", "this server takes one prompt per request"));
         let e = err(Endpoint::OpenAiCompletions, r#"{"model":"m","prompt":[1,-2]}"#);
         assert_eq!(e.param, "prompt[1]");
+    }
+
+    #[test]
+    fn sampling_settings_follow_one_rule_in_both_apis() {
+        let openai = |field: &str, value: &str| {
+            let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"x"}}],"{field}":{value}}}"#);
+            parse(Endpoint::OpenAiChat, None, body.as_bytes()).map(|_| ())
+        };
+        let ollama = |field: &str, value: &str| {
+            let body = format!(r#"{{"model":"m","prompt":"x","options":{{"{field}":{value}}}}}"#);
+            parse(Endpoint::OllamaGenerate, None, body.as_bytes()).map(|_| ())
+        };
+        // (OpenAI name, Ollama name, value, accepted)
+        let cases = [
+            ("top_k", "top_k", "-1", false),
+            ("top_k", "top_k", "40", true),
+            ("top_k", "top_k", "\"40\"", false),
+            ("min_p", "min_p", "0.05", true),
+            ("min_p", "min_p", "1.5", false),
+            ("temperature", "temperature", "\"hot\"", false),
+            ("repetition_penalty", "repeat_penalty", "1.1", true),
+            ("repetition_penalty", "repeat_penalty", "0", false),
+            ("seed", "seed", "-7", true),
+            ("seed", "seed", "1.5", false),
+            ("stop", "stop", "[\"\\n\"]", false),
+            ("stop", "stop", "\"END\"", false),
+            ("stop", "stop", "[]", true),
+        ];
+        for (name, option, value, accepted) in cases {
+            let (a, b) = (openai(name, value), ollama(option, value));
+            assert_eq!(a.is_ok(), accepted, "openai {name}={value}: {a:?}");
+            assert_eq!(b.is_ok(), accepted, "ollama {option}={value}: {b:?}");
+            if let (Err(a), Err(b)) = (a, b) {
+                assert_eq!((a.param, b.param), (name.to_string(), format!("options.{option}")));
+                // The same words, but for the field's name.
+                assert_eq!(a.message.replace(name, "F"), b.message.replace(&format!("options.{option}"), "F"));
+            }
+        }
+        // Ollama's own options are checked for type; ones it does not know are ignored, as it does.
+        for (option, value, accepted) in [
+            ("num_ctx", "\"big\"", false),
+            ("num_ctx", "0", false),
+            ("num_ctx", "8192", true),
+            ("use_mmap", "1", false),
+            ("colour", "\"red\"", true),
+        ] {
+            let r = ollama(option, value);
+            assert_eq!(r.is_ok(), accepted, "{option}={value}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.param, format!("options.{option}"));
+            }
+        }
     }
 
     #[test]
