@@ -234,8 +234,9 @@ impl Redactor {
 }
 
 /// Replaces the user information of every URL in `s` (`scheme://user:password@host`) with
-/// `<redacted>`: a target given with credentials uses them, and no artifact keeps them.
-fn redact_url_credentials(s: &str) -> String {
+/// `<redacted>`: a target given with credentials uses them, and no artifact, export or printed
+/// line keeps them (binaries pass every error line through it before printing).
+pub fn redact_url_credentials(s: &str) -> String {
     const MARK: &str = "<redacted>";
     let mut out = String::with_capacity(s.len());
     let mut rest = s;

@@ -162,11 +162,15 @@ impl BuildFacts {
             target: self.target.to_string(),
             profile: self.profile.to_string(),
             features: self.features.split(',').filter(|f| !f.is_empty()).map(str::to_string).collect(),
-            candle: env!("CANDLE_VERSION").to_string(),
-            tokenizers: env!("TOKENIZERS_VERSION").to_string(),
+            candle: LIBRARIES.0.to_string(),
+            tokenizers: LIBRARIES.1.to_string(),
         }
     }
 }
+
+/// The versions of candle and tokenizers in this workspace's `Cargo.lock`, as every build records
+/// them (the same lock, and so the same versions, for any artifact whose source hash is today's).
+pub const LIBRARIES: (&str, &str) = (env!("CANDLE_VERSION"), env!("TOKENIZERS_VERSION"));
 
 /// A run in progress: fixes its id and start time when it begins.
 #[derive(Debug, Clone)]
@@ -184,6 +188,20 @@ impl RunClock {
             run_id: format!("{}-{suffix:04x}", now.format("%Y%m%dT%H%M%SZ")),
             started_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
         }
+    }
+}
+
+/// A time as provenance writes it (RFC 3339), read back; `None` when it is not one.
+pub fn parse_time(s: &str) -> Option<chrono::DateTime<Utc>> {
+    chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+}
+
+impl Provenance {
+    /// Seconds from the run's start to its end, as its recorded times say: every clock the run
+    /// read on its way lies within them.
+    pub fn wall_s(&self) -> Option<f64> {
+        let (start, end) = (parse_time(&self.started_at)?, parse_time(&self.finished_at)?);
+        Some((end - start).num_microseconds()? as f64 / 1e6)
     }
 }
 
@@ -249,6 +267,13 @@ pub struct RunFacts<'a> {
     pub manifest: Option<ManifestRecord>,
     /// The engine's worker threads.
     pub threads: usize,
+    /// The command line to record ([`argv`] unless the experiment redacts flag values).
+    pub argv: Vec<String>,
+}
+
+/// This process's command line, as most runs record it.
+pub fn argv() -> Vec<String> {
+    std::env::args().collect()
 }
 
 /// Assembles the provenance block at the end of a run.
@@ -261,7 +286,7 @@ pub fn collect(ws: &Workspace, run: RunFacts<'_>) -> Provenance {
         run_id: run.clock.run_id,
         started_at: run.clock.started_at,
         finished_at: now_utc(),
-        argv: std::env::args().collect(),
+        argv: run.argv,
         settings: Settings { requested: run.requested, effective: run.effective },
         git,
         source,

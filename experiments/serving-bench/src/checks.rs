@@ -3,7 +3,7 @@
 //! summary allows.
 
 use crate::load::{self, Load};
-use crate::serving::{Arrivals, RequestRecord};
+use crate::serving::{Arrivals, ErrorClass, RequestRecord};
 use common::finding::Findings;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -22,6 +22,7 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
     if serde_json::to_value(&artifact.arguments).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
         f.wrong("invariants", "arguments", "differs from provenance.settings.effective");
     }
+    recorded_facts(&artifact, f);
     for (i, r) in artifact.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
         let admitted = r.arrival.and_then(|a| a.admitted_s);
@@ -48,6 +49,67 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
         if r.ok() && r.chunk_gaps_s.len() as u64 != r.chunks.saturating_sub(1) {
             f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
         }
+        // A success was answered 2xx, an HTTP status failure was not.
+        let answered = r.status.map(|s| (200..300).contains(&s));
+        let status_agrees = match r.error {
+            None => answered == Some(true),
+            Some(ErrorClass::HttpStatus) => answered == Some(false),
+            Some(_) => true,
+        };
+        if !status_agrees {
+            f.wrong("invariants", at("status"), format!("{:?} for a request whose outcome is {:?}", r.status, r.error));
+        }
+        // Each API's counters come from its own stream: usage from OpenAI's, eval counts from Ollama's.
+        let kind = artifact.runtimes.iter().find(|t| t.name == r.runtime).map(|t| t.kind.as_str());
+        let ollama_counts = [
+            r.ollama_eval_count,
+            r.ollama_eval_duration_ns,
+            r.ollama_prompt_eval_count,
+            r.ollama_prompt_eval_duration_ns,
+        ];
+        let usage_counts = [r.usage_completion_tokens, r.usage_prompt_tokens];
+        let foreign = match kind {
+            Some("openai") => ollama_counts.iter().any(Option::is_some),
+            Some("ollama") => usage_counts.iter().any(Option::is_some) || !r.chunk_tokens.is_empty(),
+            _ => false,
+        };
+        if foreign {
+            f.wrong(
+                "invariants",
+                at("runtime"),
+                format!("carries counters a {} stream does not send", kind.unwrap_or_default()),
+            );
+        }
+        if r.arrival.is_some() && r.round != 0 {
+            f.wrong("invariants", at("round"), "an open-loop request is in no round (0)");
+        }
+        let contradiction = crate::serving::usage_contradiction(r);
+        match (r.error, &contradiction) {
+            (None, Some(problem)) => f.wrong(
+                "invariants",
+                at("usage_completion_tokens"),
+                format!("counted a success, but {problem}: such a request is an inconsistent_usage failure"),
+            ),
+            (Some(ErrorClass::InconsistentUsage), None) => f.wrong(
+                "invariants",
+                at("error"),
+                "inconsistent_usage, but its counts agree with its cap and its stream",
+            ),
+            _ => {}
+        }
+        let own_caps = artifact.workload.as_ref().is_some_and(|w| w.items_with_max_tokens > 0);
+        if let (Some(cap), false) = (r.max_tokens, own_caps) {
+            if cap != artifact.arguments.max_tokens as u64 {
+                f.wrong(
+                    "invariants",
+                    at("max_tokens"),
+                    format!(
+                        "{cap}, but the run sent max_tokens {} (no item has its own)",
+                        artifact.arguments.max_tokens
+                    ),
+                );
+            }
+        }
         match artifact.runtimes.iter().find(|t| t.name == r.runtime) {
             None => f.wrong("invariants", at("runtime"), format!("`{}` is not among the runtimes", r.runtime)),
             Some(t) => match (r.replica, t.replicas.len()) {
@@ -70,7 +132,12 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
                     "an open-loop record in a run of closed rounds",
                 );
             }
+            closed_rounds(&artifact, f);
         }
+    }
+    sequential(&artifact, f);
+    for line in crate::serving::failed_groups(&artifact.requests) {
+        f.note("invariants", "requests", format!("every request failed in {line}"));
     }
     let fresh = crate::serving::summarize_all(&artifact.arguments, &artifact.runtimes, &artifact.requests);
     for i in 0..fresh.len().max(artifact.summary.len()) {
@@ -89,6 +156,161 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
                 );
             }
             _ => f.wrong("invariants", format!("summary[{i}]"), "the groups differ from those of the requests"),
+        }
+    }
+}
+
+/// What the artifact states twice, or what the code writes, agrees: the client host and the run
+/// id are the provenance's, the definitions are the code's, every request names a runtime's
+/// recorded server and a prompt the artifact holds (the seed's own, for the built-in workload),
+/// and the headers sent are those the command line names (and `authorization` for an API key).
+fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let p = &a.provenance;
+    let host = crate::serving::ClientHost {
+        platform: format!("{} {} {}", p.host.os, p.host.kernel, p.host.arch),
+        machine: p.host.arch.clone(),
+        rust: p.build.rustc.clone(),
+    };
+    if a.host != host {
+        f.wrong("invariants", "host", "differs from what provenance records of the host and build");
+    }
+    if a.run_id != p.run_id || a.created_at != p.started_at {
+        f.wrong("invariants", "run_id", "run_id and created_at are provenance's run_id and started_at");
+    }
+    let notes = crate::serving::measurement_notes();
+    let pacer = [crate::load::pacer_note(true), crate::load::pacer_note(false)];
+    let known = |(k, v): (&String, &String)| notes.get(k) == Some(v) || (k == "send_pacer" && pacer.contains(v));
+    if a.measurement_notes.iter().any(|kv| !known(kv)) || notes.keys().any(|k| !a.measurement_notes.contains_key(k)) {
+        f.wrong("invariants", "measurement_notes", "are not the definitions the code records");
+    }
+    // The artifact is completed just after provenance is collected, at the run's end.
+    let (finished, completed) =
+        (common::provenance::parse_time(&p.finished_at), common::provenance::parse_time(&a.completed_at));
+    let just_after = finished.zip(completed).is_some_and(|(f, c)| f <= c && (c - f).num_milliseconds() <= 1000);
+    if !just_after {
+        f.wrong("invariants", "completed_at", "not the run's end (within a second after provenance.finished_at)");
+    }
+    if let Some(w) =
+        a.workload.as_ref().filter(|w| !["builtin", "jsonl", "sharegpt", "synthetic"].contains(&w.source.as_str()))
+    {
+        f.wrong("invariants", "workload.source", format!("`{}` is no workload this client sends", w.source));
+    }
+    let names: Vec<&str> = a.runtimes.iter().map(|r| r.name.as_str()).collect();
+    if names.iter().collect::<std::collections::BTreeSet<_>>().len() != names.len() {
+        f.wrong("invariants", "runtimes", "a runtime is named twice");
+    }
+    for (field, map) in [("versions", &a.versions), ("model_metadata", &a.model_metadata)] {
+        if !map.keys().map(String::as_str).eq(names.iter().copied().collect::<std::collections::BTreeSet<_>>()) {
+            f.wrong("invariants", field, "one entry per runtime, by its name");
+        }
+    }
+    if let Some(i) = a.runtimes.iter().position(|r| !["openai", "ollama"].contains(&r.kind.as_str())) {
+        f.wrong("invariants", format!("runtimes[{i}].kind"), "is neither openai nor ollama");
+    }
+    if let Some(i) = a.requests.iter().position(|r| !a.prompts.contains_key(&r.prompt)) {
+        f.wrong("invariants", format!("requests[{i}].prompt"), "names no prompt the artifact holds");
+    }
+    if a.workload.as_ref().is_none_or(|w| w.source == "builtin") {
+        let seed = crate::serving::default_prompts();
+        if a.prompts.iter().any(|(k, v)| seed.get(k) != Some(v)) {
+            f.wrong("invariants", "prompts", "are not the seed's prompts, which the built-in workload sends");
+        }
+        if a.workload.as_ref().is_some_and(|w| *w != crate::workload::Workload::builtin().record) {
+            f.wrong("invariants", "workload", "is not the built-in workload's record");
+        }
+    }
+    let asked: std::collections::BTreeSet<String> = p
+        .settings
+        .requested
+        .get("header")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|h| Some(h.as_str()?.split_once(':')?.0.trim().to_ascii_lowercase()))
+        .collect();
+    let sent: std::collections::BTreeSet<String> = a.sent_headers.iter().cloned().collect();
+    let extra: Vec<&String> = sent.difference(&asked).filter(|h| *h != "authorization").collect();
+    if !asked.is_subset(&sent) || !extra.is_empty() {
+        f.wrong(
+            "invariants",
+            "sent_headers",
+            "are not the headers the command line names (and authorization for a key)",
+        );
+    }
+}
+
+/// The groups ran one after another, in the order they are recorded (a closed round's requests,
+/// or an open-loop group's, all end before the next group's first is scheduled), and every request
+/// within the run's recorded start and end.
+fn sequential(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let key = |r: &RequestRecord| {
+        (r.runtime.clone(), r.concurrency, r.round, r.arrival.map(|x| x.rate_rps.map(f64::to_bits)))
+    };
+    let mut previous_end = f64::NEG_INFINITY;
+    let mut group_end = f64::NEG_INFINITY;
+    for (i, r) in a.requests.iter().enumerate() {
+        if i > 0 && key(r) != key(&a.requests[i - 1]) {
+            previous_end = group_end;
+        }
+        if r.scheduled_s < previous_end {
+            return f.wrong(
+                "invariants",
+                format!("requests[{i}].scheduled_s"),
+                format!("{} s, before the group recorded before it ended ({previous_end} s)", r.scheduled_s),
+            );
+        }
+        group_end = group_end.max(r.end_s);
+    }
+    if let (Some(wall), true) = (a.provenance.wall_s(), group_end.is_finite()) {
+        // The client's clock starts just before provenance's; both are read to the millisecond.
+        if group_end > wall + 0.01 {
+            f.wrong(
+                "invariants",
+                "requests",
+                format!("the last request ends at {group_end:.3} s, after the {wall:.3} s from provenance.started_at to finished_at"),
+            );
+        }
+    }
+}
+
+/// Closed rounds are whole: every runtime ran every concurrency level in every round, a round at
+/// concurrency c sending requests 0..c once each, and nothing else. A record deleted (a failure,
+/// say) or added shows here, whatever the summary was made to say.
+fn closed_rounds(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let args = &artifact.arguments;
+    let mut seen: BTreeMap<(&str, usize, usize), Vec<usize>> = BTreeMap::new();
+    for (i, r) in artifact.requests.iter().enumerate() {
+        let planned = args.concurrency.contains(&r.concurrency) && r.round < args.rounds && r.index < r.concurrency;
+        if !planned {
+            f.wrong(
+                "invariants",
+                format!("requests[{i}]"),
+                format!(
+                    "concurrency {} round {} index {}: not a request of arguments.concurrency x arguments.rounds",
+                    r.concurrency, r.round, r.index
+                ),
+            );
+            continue;
+        }
+        seen.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r.index);
+    }
+    for runtime in &artifact.runtimes {
+        for &c in &args.concurrency {
+            for round in 0..args.rounds {
+                let mut indices = seen.get(&(runtime.name.as_str(), c, round)).cloned().unwrap_or_default();
+                indices.sort_unstable();
+                if indices != (0..c).collect::<Vec<_>>() {
+                    f.wrong(
+                        "invariants",
+                        "requests",
+                        format!(
+                            "{} concurrency {c} round {round}: requests {indices:?}, but a closed round sends 0..{c} once each",
+                            runtime.name
+                        ),
+                    );
+                    return;
+                }
+            }
         }
     }
 }

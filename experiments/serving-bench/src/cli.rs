@@ -4,6 +4,7 @@
 use crate::serving::{self, Parameters};
 use clap::{Args, Parser, Subcommand};
 use common::experiment::{CommandLine, ModelArgs};
+use common::manifest::Invalid;
 use common::policy::Policy;
 use serde_json::{json, Value};
 
@@ -168,10 +169,17 @@ pub struct BenchArgs {
     /// Ask servers to ignore end-of-sequence (vLLM's `ignore_eos`), so answers reach --max-tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// A header added to every request, NAME:VALUE (repeatable). Values of credential-like
-    /// headers (authorization, cookie, or names with key, token, secret or auth) are never recorded.
+    /// A header added to every request, NAME:VALUE (repeatable). Its value is never recorded
+    /// (the artifact keeps the name, and the command line NAME:<redacted>) unless NAME is given
+    /// to --record-header.
     #[arg(long, value_name = "NAME:VALUE")]
     pub header: Vec<String>,
+    /// A --header name whose value is safe to record in the artifact (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub record_header: Vec<String>,
+    /// Exit 0 even when every request of a group failed (the artifact is written either way).
+    #[arg(long)]
+    pub allow_failed_groups: bool,
     /// The variable holding an API key, sent as `Authorization: Bearer` [default: OPENAI_API_KEY
     /// when set]. The key is never recorded; the artifact says only that one was sent.
     #[arg(long, value_name = "NAME")]
@@ -256,7 +264,61 @@ pub fn rate(s: &str) -> Result<Rate, RateError> {
 /// Open-loop requests per group when neither `--num-requests` nor `--duration` says.
 pub const DEFAULT_NUM_REQUESTS: usize = 100;
 
+/// A `--target` as given: its API, its URL (`None`: the embedded server on the manifest's model)
+/// and the group of replicas it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetSpec {
+    pub kind: crate::client::Kind,
+    pub url: Option<String>,
+    pub group: Option<String>,
+}
+
 impl BenchArgs {
+    /// The targets to measure: each `--target` checked (its kind, its URL), or without any, the
+    /// embedded server through both of its APIs. `URL@group` makes the URL one replica of the
+    /// target `group`. The error is one line naming the flag.
+    pub fn targets(&self) -> Result<Vec<TargetSpec>, String> {
+        use crate::client::{self, Kind};
+        let mut specs = Vec::new();
+        for spec in &self.target {
+            let shown = crate::client::redacted(spec);
+            let (kind, url) = spec.split_once('=').ok_or_else(|| {
+                format!("--target {shown}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
+            })?;
+            let kind = Kind::parse(kind).map_err(|e| format!("--target {shown}: {e}"))?;
+            let (url, group) = client::split_group(url);
+            if url == "embedded" && group.is_none() {
+                specs.push(TargetSpec { kind, url: None, group: None });
+            } else if url.starts_with("http://") || url.starts_with("https://") {
+                client::check_url(url).map_err(|problem| format!("--target {shown}: {problem}"))?;
+                let url = Some(url.trim_end_matches('/').to_string());
+                specs.push(TargetSpec { kind, url, group: group.map(str::to_string) });
+            } else {
+                return Err(format!("--target {shown}: the URL must start with http:// or https://, or be `embedded`"));
+            }
+        }
+        if specs.is_empty() {
+            specs = [Kind::OpenAi, Kind::Ollama].map(|kind| TargetSpec { kind, url: None, group: None }).to_vec();
+        }
+        Ok(specs)
+    }
+
+    /// The run's parameters: `base` (the manifest's, or the seed's) with the flags' overrides,
+    /// validated, with its timeouts, and every finite-rate group's schedule drawn and checked:
+    /// all that a run must know to be possible, before anything loads, runs or is sent. (A
+    /// sweep's later rates come from its first groups, and are checked when they are known.)
+    pub fn parameters(&self, base: Parameters) -> Result<(Parameters, crate::client::Timeouts), Invalid> {
+        let params = self.effective(base);
+        params.validate()?;
+        let timeouts = crate::client::Timeouts::of(&params)?;
+        if let Some(arrivals) = &params.arrivals {
+            for rate in arrivals.rates.iter().flatten() {
+                crate::load::offsets(params.seed, *rate, arrivals)?;
+            }
+        }
+        Ok((params, timeouts))
+    }
+
     /// Applies the command-line overrides to the manifest's parameters.
     pub fn effective(&self, base: Parameters) -> Parameters {
         let args = self;
@@ -348,7 +410,8 @@ impl BenchArgs {
             "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
-            "header": self.header, "api_key_env": self.api_key_env, "insecure": self.insecure, "continuous_usage": self.continuous_usage,
+            "header": self.header.iter().map(|h| crate::client::recorded_header(h, &self.record_header)).collect::<Vec<_>>(),
+            "api_key_env": self.api_key_env, "insecure": self.insecure, "continuous_usage": self.continuous_usage,
             "prompts": self.prompts, "sharegpt": self.sharegpt,
             "input_tokens": self.input_tokens.map(|l| l.describe()), "output_tokens": self.output_tokens.map(|l| l.describe()),
             "synthetic_count": self.synthetic_count, "tokenizer": self.tokenizer,
@@ -358,7 +421,32 @@ impl BenchArgs {
         if let Some(n) = self.sweep {
             requested["sweep"] = json!(n);
         }
+        if !self.record_header.is_empty() {
+            requested["record_header"] = json!(self.record_header);
+        }
+        if self.allow_failed_groups {
+            requested["allow_failed_groups"] = json!(true);
+        }
         requested
+    }
+
+    /// The command line as the artifact records it: every `--header` value redacted unless its
+    /// name was given to `--record-header` ([`crate::client::recorded_header`]).
+    pub fn recorded_argv(&self, argv: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut header_value_next = false;
+        for arg in argv {
+            let recorded = if header_value_next {
+                crate::client::recorded_header(&arg, &self.record_header)
+            } else if let Some(spec) = arg.strip_prefix("--header=") {
+                format!("--header={}", crate::client::recorded_header(spec, &self.record_header))
+            } else {
+                arg.clone()
+            };
+            header_value_next = arg == "--header" && !header_value_next;
+            out.push(recorded);
+        }
+        out
     }
 }
 

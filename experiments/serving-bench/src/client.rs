@@ -2,7 +2,7 @@
 //! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
 //! a panic or a lost run.
 
-use crate::serving::{Endpoint, ErrorClass, RequestRecord};
+use crate::serving::{self, Endpoint, ErrorClass, RequestRecord};
 use crate::stream::{Event, NdjsonParser, SseParser};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -37,15 +37,82 @@ impl Kind {
 #[error("unknown target kind `{0}`; use openai=URL or ollama=URL")]
 pub struct UnknownKind(String);
 
-/// Why a server's metadata gave no JSON.
+/// Why a server's metadata gave no JSON. URLs are shown with their credentials redacted.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("{url}: {cause}")]
+    #[error("{}: {}", redacted(url), describe(cause))]
     Request { url: String, cause: reqwest::Error },
-    #[error("{url}: HTTP {status}")]
+    #[error("{}: no answer within {} s (--timeout)", redacted(url), timeout.as_secs_f64())]
+    Silent { url: String, timeout: Duration },
+    #[error("{}: HTTP {status}", redacted(url))]
     Status { url: String, status: reqwest::StatusCode },
-    #[error("{url} lists no model; pass --model")]
+    #[error("{} lists no model; pass --model-name", redacted(url))]
     NoModel { url: String },
+}
+
+impl FetchError {
+    /// Whether the server never answered: nothing listened, or it accepted and stayed silent.
+    fn unanswered(&self) -> bool {
+        match self {
+            FetchError::Silent { .. } => true,
+            FetchError::Request { cause, .. } => cause.is_connect() || cause.is_timeout(),
+            _ => false,
+        }
+    }
+}
+
+/// `url` (or any text holding URLs) with every URL's credentials redacted, for printing.
+pub fn redacted(url: &str) -> String {
+    common::artifact::redact_url_credentials(url)
+}
+
+/// A transport error on one line, saying which kind it is: a certificate the client does not
+/// trust (and that `--insecure` exists), a refused connection, an unreachable host, a name that
+/// does not resolve, a timeout. Its URL is left out (the caller names the target, redacted);
+/// the causes follow in brackets.
+pub fn describe(e: &reqwest::Error) -> String {
+    let chain = first_line(e);
+    let mut kind = None;
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            kind = match io.kind() {
+                ConnectionRefused => Some("connection refused: nothing listens at that address and port"),
+                HostUnreachable | NetworkUnreachable => Some("unreachable: no route to that host"),
+                ConnectionReset | ConnectionAborted => Some("the connection was reset by the other side"),
+                TimedOut => Some("timed out"),
+                _ => kind,
+            };
+        }
+        source = cause.source();
+    }
+    let lower = chain.to_ascii_lowercase();
+    let kind = if lower.contains("certificate") {
+        "TLS: the server's certificate is not trusted; pass --insecure to skip verification, or add its issuer to the system's roots"
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        "the host name does not resolve"
+    } else if let Some(kind) = kind {
+        kind
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_builder() {
+        "not a URL this client can use"
+    } else {
+        return chain;
+    };
+    format!("{kind} ({chain})")
+}
+
+/// Checks a target's URL before anything is sent: it parses, with an http or https scheme and a
+/// host (a port out of range, a space or a missing host is named here, not by a transport error).
+pub fn check_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Err(e) => Err(format!("not a valid URL: {e}")),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err("the URL must start with http:// or https://".into()),
+        Ok(u) if !u.has_host() => Err("the URL has no host".into()),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// `URL@group` as the URL and the group; a URL alone (credentials' `@` included) has none. A
@@ -124,6 +191,19 @@ pub struct Timeouts {
     pub total: Duration,
 }
 
+impl Timeouts {
+    /// A run's timeouts from its parameters, each through the one checked conversion.
+    pub fn of(p: &crate::serving::Parameters) -> Result<Self, common::manifest::Invalid> {
+        use common::manifest::seconds;
+        Ok(Timeouts {
+            connect: seconds("connect_timeout_s", p.connect_timeout_s)?,
+            first_token: seconds("first_token_timeout_s", p.first_token_timeout_s)?,
+            idle: seconds("idle_timeout_s", p.idle_timeout_s)?,
+            total: seconds("total_timeout_s", p.total_timeout_s)?,
+        })
+    }
+}
+
 /// What one request is.
 #[derive(Debug, Clone)]
 pub struct Spec<'a> {
@@ -151,24 +231,24 @@ pub enum HeaderError {
 
 /// The headers every request carries: each `NAME:VALUE` of `specs`, and `Authorization: Bearer`
 /// with the API key from the variable `api_key_env` (default `OPENAI_API_KEY`, when set) unless
-/// a header gives one. Credential values (authorization, cookie, names with key, token, secret
-/// or auth, and the key) are kept from every artifact (`artifact::keep_secret`); the second value
-/// lists the headers' names, which the artifact records.
+/// a header gives one. No value is recorded: the second value lists the headers' names, which
+/// the artifact records, and the command line is recorded with each value redacted
+/// ([`recorded_header`]) unless its name is in `recorded` (`--record-header`). Unrecorded values
+/// of six characters or more, and the key, are also redacted wherever else they would appear
+/// (a server's error message echoing one); shorter ones would match ordinary words.
 pub fn request_headers(
     specs: &[String],
+    recorded: &[String],
     api_key_env: Option<&str>,
 ) -> Result<(reqwest::header::HeaderMap, Vec<String>), HeaderError> {
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
     let mut headers = HeaderMap::new();
     for spec in specs {
-        let malformed = || HeaderError::Malformed(spec.clone());
+        let malformed = || HeaderError::Malformed(recorded_header(spec, recorded));
         let (name, value) = spec.split_once(':').ok_or_else(malformed)?;
         let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| malformed())?;
         let value = value.trim();
-        let lower = name.as_str();
-        if ["authorization", "proxy-authorization", "cookie"].contains(&lower)
-            || ["key", "token", "secret", "auth"].iter().any(|w| lower.contains(w))
-        {
+        if !is_recorded(name.as_str(), recorded) && value.len() >= 6 {
             common::artifact::keep_secret(value);
         }
         headers.append(name, HeaderValue::from_str(value).map_err(|_| malformed())?);
@@ -191,6 +271,22 @@ pub fn request_headers(
     Ok((headers, names))
 }
 
+fn is_recorded(name: &str, recorded: &[String]) -> bool {
+    recorded.iter().any(|r| r.trim().eq_ignore_ascii_case(name.trim()))
+}
+
+/// A `--header NAME:VALUE` as artifacts and printed lines show it: `NAME:<redacted>`, unless
+/// NAME is one the user marked with `--record-header`. A header value can be anything a server
+/// takes as a credential (`X-Password`, `X-Signature`, a session id), and no list of
+/// credential-like names is complete, so none is recorded unless asked.
+pub fn recorded_header(spec: &str, recorded: &[String]) -> String {
+    match spec.split_once(':') {
+        Some((name, _)) if is_recorded(name, recorded) => spec.to_string(),
+        Some((name, _)) => format!("{name}:<redacted>"),
+        None => spec.to_string(),
+    }
+}
+
 /// The client every request of a run goes through: `headers` on every request (metadata and
 /// discovery included), TLS against the system's roots unless `insecure`.
 pub fn http_client(timeouts: &Timeouts, headers: reqwest::header::HeaderMap, insecure: bool) -> reqwest::Client {
@@ -208,57 +304,80 @@ fn url(base: &str, path: &str) -> String {
     format!("{}{path}", base.trim_end_matches('/'))
 }
 
-/// The model a server serves when none was named: the first it lists.
-pub async fn discover_model(client: &reqwest::Client, kind: Kind, base: &str) -> Result<String, FetchError> {
+/// The model a server serves when none was named: the first it lists (the call bounded by the
+/// run's `--timeout`).
+pub async fn discover_model(
+    client: &reqwest::Client,
+    kind: Kind,
+    base: &str,
+    timeouts: &Timeouts,
+) -> Result<String, FetchError> {
     let (path, pointer) = match kind {
         Kind::OpenAi => ("/v1/models", "/data/0/id"),
         Kind::Ollama => ("/api/tags", "/models/0/name"),
     };
-    let v: Value = get_json(client, &url(base, path)).await?;
+    let v: Value = fetch_json(client.get(url(base, path)), &url(base, path), timeouts.total).await?;
     v.pointer(pointer)
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| FetchError::NoModel { url: format!("{base}{path}") })
 }
 
-async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, FetchError> {
-    let request = |cause| FetchError::Request { url: url.to_string(), cause };
-    let r = client.get(url).timeout(Duration::from_secs(30)).send().await.map_err(request)?;
-    if !r.status().is_success() {
-        return Err(FetchError::Status { url: url.to_string(), status: r.status() });
-    }
-    r.json().await.map_err(request)
+/// One metadata call, headers and body together within `limit`: a server that accepts the
+/// connection and never answers costs the run `limit`, not forever.
+async fn fetch_json(request: reqwest::RequestBuilder, url: &str, limit: Duration) -> Result<Value, FetchError> {
+    let call = async {
+        let request_error = |cause| FetchError::Request { url: url.to_string(), cause };
+        let r = request.send().await.map_err(request_error)?;
+        if !r.status().is_success() {
+            return Err(FetchError::Status { url: url.to_string(), status: r.status() });
+        }
+        r.json().await.map_err(request_error)
+    };
+    tokio::time::timeout(limit, call).await.unwrap_or(Err(FetchError::Silent { url: url.to_string(), timeout: limit }))
 }
 
 /// The server's version and what it says about the model (recorded as given; `null` with the
-/// reason when a server does not say).
-pub async fn metadata(client: &reqwest::Client, target: &Target) -> (Value, Value) {
-    let note = |e: FetchError| json!({"unavailable": e.to_string()});
-    match target.kind {
+/// reason when a server does not say). The calls run side by side, each within `--timeout`. A
+/// target that answers none of them (nothing listens, or it accepts and stays silent) is an
+/// error: measuring it would only time out, request after request.
+pub async fn metadata(
+    client: &reqwest::Client,
+    target: &Target,
+    timeouts: &Timeouts,
+) -> Result<(Value, Value), FetchError> {
+    let limit = timeouts.total;
+    let get = |path: &str| {
+        let url = url(&target.base_url, path);
+        async move { fetch_json(client.get(&url), &url, limit).await }
+    };
+    let (version, about) = match target.kind {
         Kind::OpenAi => {
-            let version = match get_json(client, &url(&target.base_url, "/version")).await {
-                Ok(v) => v,
-                // llama.cpp's server has no /version; it says its build under /props.
-                Err(e) => match get_json(client, &url(&target.base_url, "/props")).await {
-                    Ok(props) if props.get("build_info").is_some() => json!({"build_info": props["build_info"]}),
-                    _ => note(e),
-                },
+            let version = async {
+                match get("/version").await {
+                    // llama.cpp's server has no /version; it says its build under /props.
+                    Err(e @ FetchError::Status { .. }) => match get("/props").await {
+                        Ok(props) if props.get("build_info").is_some() => {
+                            Ok(json!({"build_info": props["build_info"]}))
+                        }
+                        _ => Err(e),
+                    },
+                    other => other,
+                }
             };
-            let models = get_json(client, &url(&target.base_url, "/v1/models")).await.unwrap_or_else(note);
-            (version, models)
+            tokio::join!(version, get("/v1/models"))
         }
         Kind::Ollama => {
-            let version = get_json(client, &url(&target.base_url, "/api/version")).await.unwrap_or_else(note);
-            let show = async {
-                let url = url(&target.base_url, "/api/show");
-                let request = |cause| FetchError::Request { url: url.clone(), cause };
-                let r = client.post(&url).json(&json!({"model": target.model})).send().await.map_err(request)?;
-                if !r.status().is_success() {
-                    return Err(FetchError::Status { url, status: r.status() });
-                }
-                r.json::<Value>().await.map_err(request)
-            };
-            (version, show.await.unwrap_or_else(note))
+            let show_url = url(&target.base_url, "/api/show");
+            let show = fetch_json(client.post(&show_url).json(&json!({"model": target.model})), &show_url, limit);
+            tokio::join!(get("/api/version"), show)
+        }
+    };
+    match (version, about) {
+        (Err(e), Err(other)) if e.unanswered() && other.unanswered() => Err(e),
+        (version, about) => {
+            let note = |e: FetchError| json!({"unavailable": e.to_string()});
+            Ok((version.unwrap_or_else(note), about.unwrap_or_else(note)))
         }
     }
 }
@@ -334,8 +453,14 @@ pub async fn measure(
         arrival: None,
         chunk_tokens: Vec::new(),
         replica: target.replica(spec.index).0,
+        max_tokens: Some(spec.max_tokens as u64),
     };
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
+    // A count that contradicts the request is no success: it would enter throughput.
+    let outcome = outcome.and_then(|()| match serving::usage_contradiction(&rec) {
+        Some(problem) => Err((ErrorClass::InconsistentUsage, problem)),
+        None => Ok(()),
+    });
     if let Err((class, detail)) = outcome {
         rec.error = Some(class);
         rec.error_detail = Some(detail);
@@ -361,8 +486,8 @@ async fn stream_into(
     let send = client.post(&endpoint).json(&body).send();
     let response = match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
         Err(_) => return Err(timeout_class(start, timeouts, false, "no response headers")),
-        Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, first_line(&e))),
-        Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", first_line(&e)))),
+        Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, describe(&e))),
+        Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", describe(&e)))),
         Ok(Ok(r)) => r,
     };
     let status = response.status();
@@ -474,9 +599,13 @@ fn timeout_class(start: Instant, t: &Timeouts, had_token: bool, what: &str) -> (
     }
 }
 
-/// A reqwest error with its causes on one line (its own message leaves them out).
+/// A reqwest error with its causes on one line (its own message leaves them out), without the
+/// URL it names (which may carry credentials; callers name the target).
 fn first_line(e: &reqwest::Error) -> String {
     let mut s = e.to_string();
+    if let Some(url) = e.url() {
+        s = s.replace(&format!(" for url ({url})"), "");
+    }
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         s.push_str(": ");

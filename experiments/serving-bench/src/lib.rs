@@ -53,6 +53,12 @@ impl Experiment for ServingBench {
         checks::audit(artifact, findings)
     }
 
+    fn rederive(&self, artifact: &mut Value) {
+        common::experiment::rederive_as(artifact, |a: &mut serving::ServingArtifact| {
+            a.summary = serving::summarize_all(&a.arguments, &a.runtimes, &a.requests);
+        })
+    }
+
     fn recognises(&self, foreign: &Value) -> bool {
         checks::recognises(foreign)
     }

@@ -12,6 +12,7 @@
 use crate::client::{measure, Spec, Target, Timeouts};
 use crate::serving::{completed_rate, load_label, Arrival, Arrivals, RequestRecord, MAX_COUNT};
 use crate::workload::Item;
+use common::manifest::Invalid;
 use rand::SeedableRng;
 use rand_distr::Distribution;
 use std::sync::Arc;
@@ -34,6 +35,28 @@ pub fn schedule(seed: u64, rate: f64, burstiness: f64, max_requests: usize, dura
         at += gaps.sample(&mut rng);
     }
     out
+}
+
+/// A group's send times at `rate` (offsets from its start, [`schedule`]'s draw for this run's
+/// `seed` and `arrivals`), each through the one checked conversion: a rate so slow that a
+/// request would wait past a week is an error naming it, found before anything is sent.
+pub fn offsets(seed: u64, rate: f64, arrivals: &Arrivals) -> Result<Vec<Duration>, Invalid> {
+    let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
+    schedule(seed, rate, arrivals.burstiness, planned, arrivals.duration_s)
+        .into_iter()
+        .enumerate()
+        .map(|(i, offset)| {
+            common::manifest::seconds("arrivals.rates", offset).map_err(|_| {
+                Invalid::new(
+                    "arrivals.rates",
+                    format!(
+                        "{rate:?} requests/s: request {} of the group would be sent {offset:.3e} s after its start, more than a week; give a higher rate or fewer requests",
+                        i + 1
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// One open-loop group's load: its rate (`None`: each request as soon as the cap allows, every
@@ -82,7 +105,7 @@ pub struct GroupRun {
 }
 
 /// One open-loop group of `arrivals` under `load` against `target`, items taken in turn from
-/// `items`.
+/// `items`. Fails before sending anything when its schedule cannot be kept ([`offsets`]).
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
     http: &reqwest::Client,
@@ -95,13 +118,14 @@ pub async fn run_group(
     timeouts: &Timeouts,
     t0: Instant,
     progress: &indicatif::ProgressBar,
-) -> GroupRun {
+) -> Result<GroupRun, Invalid> {
     let Load { rate, cap } = load;
     let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
-    let offsets = rate.map(|r| schedule(seed, r, arrivals.burstiness, planned, arrivals.duration_s));
+    let offsets = rate.map(|r| offsets(seed, r, arrivals)).transpose()?;
+    let duration = arrivals.duration_s.map(|d| common::manifest::seconds("arrivals.duration_s", d)).transpose()?;
     let start = Instant::now();
     let slots = cap.map(|n| Slots::new(n, start));
-    let stop = arrivals.duration_s.map(|d| start + Duration::from_secs_f64(d));
+    let stop = duration.map(|d| start + d);
     let pacer = offsets.as_ref().map(|_| Pacer::start());
     let mut tasks = tokio::task::JoinSet::new();
     let mut index = 0usize;
@@ -109,7 +133,7 @@ pub async fn run_group(
         let (scheduled, slot, go) = match &offsets {
             Some(offsets) => {
                 let Some(&offset) = offsets.get(index) else { break };
-                let at = start + Duration::from_secs_f64(offset);
+                let at = start + offset;
                 // The task starts ahead of its time and the pacer wakes it at the instant, so
                 // that then it is ready to send rather than waiting to be spawned.
                 if let Some(ahead) = at.checked_sub(LEAD) {
@@ -177,7 +201,7 @@ pub async fn run_group(
         }
     }
     records.sort_by_key(|r| r.index);
-    GroupRun { records, realtime_pacer: pacer.map(|p| p.realtime) }
+    Ok(GroupRun { records, realtime_pacer: pacer.map(|p| p.realtime) })
 }
 
 /// The `max_concurrency` slots, each carrying the instant it was last freed, so that a request

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use common::experiment::{claims_table, claims_to_judge, judge_claims, prepare, ModelArgs};
 use common::workspace::Workspace;
 use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
-use serving_bench::client::{self, Kind, Spec, Target, Timeouts};
+use serving_bench::client::{self, Spec, Target};
 use serving_bench::load;
 use serving_bench::server::{self, ServerConfig};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
@@ -14,13 +14,13 @@ use serving_bench::workload::{self, Workload};
 use serving_bench::{ServingBench, EXPERIMENT};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 fn main() {
     common::experiment::main(|cli: Cli| {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("a tokio runtime")?;
         match cli.command {
-            Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+            Some(Command::Serve(args)) => runtime.block_on(serve(args)).map(|()| 0),
             None => runtime.block_on(bench(cli.bench)),
         }
     })
@@ -43,8 +43,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         queue: args.queue as usize,
         max_body_bytes: args.max_body_bytes as usize,
         max_connections: args.max_connections as usize,
-        header_timeout: Duration::from_secs_f64(args.header_timeout),
-        idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+        header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
+        idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
         ..ServerConfig::new(name.clone())
     };
     if !args.host.is_loopback() {
@@ -83,32 +83,13 @@ fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
     })
 }
 
-async fn bench(args: BenchArgs) -> Result<()> {
+async fn bench(args: BenchArgs) -> Result<i32> {
+    args.model.check_out()?;
     let t0 = Instant::now();
     let clock = common::provenance::RunClock::start();
     let ws = Workspace::discover()?;
-    // What to measure: each --target, where the URL `embedded` stands for the embedded server on
-    // the manifest's model; without any, the embedded server through both of its APIs.
-    // `URL@group` makes the URL one replica of the target `group`.
-    let mut specs: Vec<(Kind, Option<String>, Option<String>)> = Vec::new();
-    for spec in &args.target {
-        let (kind, url) = spec.split_once('=').with_context(|| {
-            format!("--target {spec}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
-        })?;
-        let kind = Kind::parse(kind).map_err(|e| anyhow::anyhow!("--target {spec}: {e}"))?;
-        let (url, group) = client::split_group(url);
-        if url == "embedded" && group.is_none() {
-            specs.push((kind, None, None));
-        } else if url.starts_with("http://") || url.starts_with("https://") {
-            specs.push((kind, Some(url.trim_end_matches('/').to_string()), group.map(str::to_string)));
-        } else {
-            bail!("--target {spec}: the URL must start with http:// or https://, or be `embedded`");
-        }
-    }
-    if specs.is_empty() {
-        specs = vec![(Kind::OpenAi, None, None), (Kind::Ollama, None, None)];
-    }
-    let embedded = specs.iter().any(|(_, url, _)| url.is_none());
+    let specs = args.targets().map_err(anyhow::Error::msg)?;
+    let embedded = specs.iter().any(|t| t.url.is_none());
 
     // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
     let (prepared, base, manifest_record) = if embedded || args.model.manifest.is_some() {
@@ -123,18 +104,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
         Some(p) => claims_to_judge(&ServingBench, p)?,
         None => Vec::new(),
     };
-    let params = args.effective(base);
-    if let Err(problem) = params.validate() {
+    let (params, timeouts) = args.parameters(base).map_err(|problem| {
         let origin = manifest_record.as_ref().map(|m| m.path.clone()).unwrap_or_else(|| "parameters".into());
-        bail!("{origin}: {problem}");
-    }
-    let timeouts = Timeouts {
-        connect: Duration::from_secs_f64(params.connect_timeout_s),
-        first_token: Duration::from_secs_f64(params.first_token_timeout_s),
-        idle: Duration::from_secs_f64(params.idle_timeout_s),
-        total: Duration::from_secs_f64(params.total_timeout_s),
-    };
-    let (headers, sent_headers) = client::request_headers(&args.header, args.api_key_env.as_deref())?;
+        anyhow::anyhow!("{origin}: {problem}")
+    })?;
+    let (headers, sent_headers) =
+        client::request_headers(&args.header, &args.record_header, args.api_key_env.as_deref())?;
     let http = client::http_client(&timeouts, headers, params.tls_insecure);
     let options = client::RequestOptions {
         endpoint: params.endpoint,
@@ -153,9 +128,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         };
         embedded_server = Some(server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?);
     }
-    let external = specs.iter().filter(|(_, url, group)| url.is_some() && group.is_none()).count();
+    let external = specs.iter().filter(|t| t.url.is_some() && t.group.is_none()).count();
     let mut targets: Vec<Target> = Vec::new();
-    for (i, (kind, url, group)) in specs.iter().enumerate() {
+    for (i, serving_bench::cli::TargetSpec { kind, url, group }) in specs.iter().enumerate() {
         if let (Some(url), Some(group)) = (url, group) {
             // A replica joins its group's target (made by the group's first replica).
             if let Some(t) = targets.iter_mut().find(|t| !t.replicas.is_empty() && &t.name == group) {
@@ -181,7 +156,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             (Some(url), _, _) => {
                 let model = match &args.model_name {
                     Some(m) => m.clone(),
-                    None => client::discover_model(&http, *kind, url)
+                    None => client::discover_model(&http, *kind, url, &timeouts)
                         .await
                         .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
                 };
@@ -206,7 +181,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let mut versions = BTreeMap::new();
     let mut model_metadata = BTreeMap::new();
     for t in &targets {
-        let (version, meta) = client::metadata(&http, t).await;
+        let (version, meta) = client::metadata(&http, t, &timeouts).await.map_err(|e| {
+            anyhow::anyhow!(
+                "target `{}`: {e}; none of its metadata calls was answered, so measuring it would only fail",
+                t.name
+            )
+        })?;
         versions.insert(t.name.clone(), version);
         model_metadata.insert(t.name.clone(), meta);
     }
@@ -240,6 +220,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");
     }
     let items = &workload.items;
+    check_memory(&params, items, targets.len())?;
     // The `n`-th request's spec: the workload's items in turn.
     let spec_of = |n: usize, concurrency: usize, round: usize, index: usize| {
         let item = &items[n % items.len()];
@@ -306,7 +287,8 @@ async fn bench(args: BenchArgs) -> Result<()> {
                     t0,
                     &bar,
                 )
-                .await;
+                .await
+                .with_context(|| format!("{}: its group {}", target.name, group_load.label()))?;
                 records.extend(group.records);
                 realtime_pacers.extend(group.realtime_pacer);
             }
@@ -373,6 +355,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
             weights: args.model.dtype,
             manifest: manifest_record,
             threads: common::engine_threads(),
+            argv: args.recorded_argv(std::env::args()),
         },
     );
     let provenance_effective = provenance.settings.effective.clone();
@@ -416,6 +399,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         (None, None) => common::artifact::default_path(&ws.artifacts_dir(), EXPERIMENT, "external", &clock.run_id),
     };
     common::artifact::write_new(&path, &artifact)?;
+    // Exports and tables come from the artifact as written: redacted, so that no export or
+    // printed line holds what the artifact may not.
+    let artifact: ServingArtifact = common::artifact::read_artifact(&path)?;
     for format in &args.export {
         for file in serving_bench::export::write(&artifact, &path, *format)? {
             println!("export: {}", ws.display_path(&file));
@@ -431,6 +417,43 @@ async fn bench(args: BenchArgs) -> Result<()> {
         print!("\n{}", claims_table(&rows));
     }
     println!("artifact: {}", ws.display_path(&path));
+    let failed = serving::failed_groups(&artifact.requests);
+    if failed.is_empty() || args.allow_failed_groups {
+        return Ok(0);
+    }
+    eprintln!(
+        "error: every request failed in {}; the artifact is written (--allow-failed-groups exits 0 on such a run)",
+        failed.join("; ")
+    );
+    Ok(1)
+}
+
+/// The records a run will hold must fit in memory ([`common::budget`]): every measured request
+/// of every target, at the longest cap any item has, counted in the unit a user changes (closed
+/// rounds, or an open loop's requests per group). Groups bounded by a duration alone at an
+/// unbounded rate have no count known up front and are left out; each still stops at
+/// [`serving::MAX_COUNT`] requests.
+fn check_memory(params: &Parameters, items: &[workload::Item], targets: usize) -> Result<()> {
+    let longest = items.iter().filter_map(|i| i.max_tokens).chain([params.max_tokens]).max().unwrap_or(0);
+    let request = serving::bytes_per_request(longest).saturating_mul(targets as u64);
+    let (field, count, each) = match &params.arrivals {
+        None => {
+            let per_round: u64 = params.concurrency.iter().map(|&c| c as u64).sum();
+            ("rounds", params.rounds as u64, request.saturating_mul(per_round))
+        }
+        Some(a) => {
+            let groups = a.sweep.unwrap_or(a.rates.len()) as u64;
+            let per_group = match (a.num_requests, a.duration_s) {
+                (Some(n), _) => n as u64,
+                // Poisson arrivals: allow for a group that draws more than its mean.
+                (None, Some(d)) => (a.rates.iter().flatten().copied().fold(0.0, f64::max) * d * 1.5)
+                    .min(serving::MAX_COUNT as f64) as u64,
+                (None, None) => 0,
+            };
+            ("num_requests", per_group, request.saturating_mul(groups))
+        }
+    };
+    common::budget::fits(field, count, each, 0, common::budget::available_bytes())?;
     Ok(())
 }
 

@@ -40,6 +40,17 @@ pub enum ErrorClass {
     ErrorEvent,
     /// A line or event that is not the JSON the protocol promises.
     BadJson,
+    /// The server's token counts contradict the request or the stream: more generated tokens
+    /// than `max_tokens` allows, or running counts that go down or past the final one. Such a
+    /// count cannot be trusted, so the request enters no throughput.
+    InconsistentUsage,
+}
+
+impl ErrorClass {
+    /// Its name as artifacts write it (`http_status`, `inconsistent_usage`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    }
 }
 
 /// Where an output token count came from.
@@ -98,6 +109,10 @@ pub struct RequestRecord {
     /// Which of its runtime's `replicas` served it, for a group of replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<usize>,
+    /// The cap on generated tokens it was sent with (`max_tokens`, Ollama's `num_predict`): a
+    /// success never counts more output tokens than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// Where a run's prompts came from, and enough about them to tell whether two runs sent the
@@ -263,7 +278,7 @@ pub(crate) fn summarize_group(
     row.insert("failures".into(), serde_json::json!(records.len() - ok.len()));
     let mut classes: BTreeMap<String, usize> = BTreeMap::new();
     for r in records.iter().filter_map(|r| r.error) {
-        *classes.entry(serde_json::to_value(r).unwrap().as_str().unwrap_or_default().to_string()).or_default() += 1;
+        *classes.entry(r.name()).or_default() += 1;
     }
     row.insert("failures_by_class".into(), serde_json::json!(classes));
     let collect = |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
@@ -362,6 +377,46 @@ pub fn groups(records: &[RequestRecord]) -> Vec<Group<'_>> {
         out[i].records.push(r);
     }
     out
+}
+
+/// Where a successful record's token counts contradict its request or its stream (the
+/// [`ErrorClass::InconsistentUsage`] the client gives such a request): more output tokens than
+/// its cap, or running per-chunk counts that add up past the total. `None` when they agree.
+pub fn usage_contradiction(r: &RequestRecord) -> Option<String> {
+    let (tokens, source) = r.output_tokens();
+    let source = match source {
+        TokenSource::Usage => "usage.completion_tokens",
+        TokenSource::OllamaCounters => "eval_count",
+        TokenSource::Chunks => "chunks with text",
+    };
+    if let Some(cap) = r.max_tokens.filter(|cap| tokens > *cap) {
+        return Some(format!("{source} {tokens} is more than the {cap} tokens max_tokens allows"));
+    }
+    let per_chunk = r.chunk_tokens.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
+    (r.usage_completion_tokens.is_some_and(|total| per_chunk > total))
+        .then(|| format!("the running counts add up to {per_chunk}, more than the final {source} {tokens}"))
+}
+
+/// Each group (target and load) in which no measured request succeeded, as `runtime load
+/// (N requests: class: first detail)`: a run that measured nothing there.
+pub fn failed_groups(records: &[RequestRecord]) -> Vec<String> {
+    groups(records)
+        .into_iter()
+        .filter(|g| !g.records.is_empty() && g.records.iter().all(|r| !r.ok()))
+        .map(|g| {
+            let first = g.records[0];
+            let class = first.error.map(ErrorClass::name).unwrap_or_default();
+            let detail = first.error_detail.as_deref().unwrap_or_default().chars().take(160).collect::<String>();
+            format!("{} {} ({} requests; the first: {class}: {detail})", g.runtime, g.load, g.records.len())
+        })
+        .collect()
+}
+
+/// About what one recorded request holds in memory until the artifact is written: its record,
+/// and its part of the JSON tree and text serialising makes, a fixed part and one per generated
+/// token (its gap and its running count). An estimate for [`common::budget`], not a measurement.
+pub fn bytes_per_request(max_tokens: usize) -> u64 {
+    4_000u64.saturating_add(100u64.saturating_mul(max_tokens as u64))
 }
 
 /// One line per open-loop group at a finite rate whose measured requests waited for a slot under
@@ -609,9 +664,8 @@ fn batched() -> Policy {
 /// machine can make, and small enough that their products cannot overflow.
 pub const MAX_COUNT: usize = 1 << 20;
 
-/// The longest timeout accepted, in seconds (a week): beyond it a deadline is no deadline, and
-/// far beyond it the clock's arithmetic overflows.
-pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 86_400.0;
+/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
+pub(crate) const MAX_TIMEOUT_S: f64 = common::manifest::MAX_WAIT_S;
 
 impl Parameters {
     /// One line per problem, naming the field.
@@ -621,6 +675,10 @@ impl Parameters {
         }
         if self.concurrency.is_empty() || self.concurrency.contains(&0) {
             return Err(Invalid::new("concurrency", "every level must be at least 1"));
+        }
+        let mut levels = std::collections::BTreeSet::new();
+        if let Some((i, c)) = self.concurrency.iter().enumerate().find(|(_, c)| !levels.insert(**c)) {
+            return Err(Invalid::new(format!("concurrency[{i}]"), format!("level {c} is given twice; give each once")));
         }
         for (name, v, max) in [
             ("rounds", self.rounds, MAX_COUNT),
@@ -700,13 +758,13 @@ impl Arrivals {
         if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
             return Err(Invalid::new(
                 "arrivals.rates",
-                format!("{r}: a rate is above 0 and at most {MAX_RATE} requests/s"),
+                format!("{r:?}: a rate is above 0 and at most {MAX_RATE} requests/s"),
             ));
         }
         if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
             return Err(Invalid::new(
                 "arrivals.burstiness",
-                format!("{}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
+                format!("{:?}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
             ));
         }
         if self.warmup_requests > MAX_COUNT {
@@ -735,6 +793,19 @@ impl Arrivals {
                 return Err(Invalid::new(
                     "arrivals.duration_s",
                     format!("{d} s at {r} requests/s is more than {MAX_COUNT} requests; give num_requests or a shorter duration"),
+                ));
+            }
+        }
+        // Without a duration to end it, a group at a slow rate sends its last request after
+        // about (n - 1) / rate seconds; past a week no run can keep that schedule.
+        if let (Some(n), None) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| n.saturating_sub(1) as f64 / **r > MAX_TIMEOUT_S) {
+                return Err(Invalid::new(
+                    "arrivals.rates",
+                    format!(
+                        "{r:?} requests/s: {n} requests take about {:.3e} s to send, more than a week; give a higher rate, fewer requests or a duration",
+                        n.saturating_sub(1) as f64 / r
+                    ),
                 ));
             }
         }
@@ -864,6 +935,7 @@ mod tests {
             arrival: None,
             chunk_tokens: Vec::new(),
             replica: None,
+            max_tokens: None,
         }
     }
 

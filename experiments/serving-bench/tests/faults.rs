@@ -97,6 +97,11 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
 
 /// One request for "hi" (at most 3 tokens) to `target` through `http`.
 async fn run_with(http: &reqwest::Client, target: Target, t: Timeouts) -> RequestRecord {
+    run_capped(http, target, t, 3).await
+}
+
+/// One request for "hi" with a cap of `max_tokens` to `target` through `http`.
+async fn run_capped(http: &reqwest::Client, target: Target, t: Timeouts, max_tokens: usize) -> RequestRecord {
     let spec = Spec {
         concurrency: 1,
         round: 0,
@@ -104,7 +109,7 @@ async fn run_with(http: &reqwest::Client, target: Target, t: Timeouts) -> Reques
         prompt_name: "short",
         prompt: "hi",
         messages: None,
-        max_tokens: 3,
+        max_tokens,
         seed: 1,
     };
     measure(http, &target, &spec, &t, Instant::now(), None).await
@@ -186,8 +191,8 @@ async fn credentials_in_a_target_url_are_sent_as_basic_auth() {
 async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_sent_and_kept_secret() {
     // SAFETY of set_var: no other test reads this variable.
     std::env::set_var("SERVING_BENCH_TEST_CREDENTIAL", "abc123xyz");
-    let specs = ["X-Bench: one".to_string(), "X-Api-Token: tok-987".to_string()];
-    let (headers, names) = request_headers(&specs, Some("SERVING_BENCH_TEST_CREDENTIAL")).unwrap();
+    let specs = ["X-Bench: one".to_string(), "X-Api-Token: tok-987654".to_string()];
+    let (headers, names) = request_headers(&specs, &[], Some("SERVING_BENCH_TEST_CREDENTIAL")).unwrap();
     assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
     let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
     let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true, continuous_usage: false };
@@ -198,17 +203,66 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     let request = String::from_utf8(seen.await.unwrap()).unwrap();
     let lower = request.to_ascii_lowercase();
     assert!(request.starts_with("POST /v1/completions "), "{request}");
-    for line in ["authorization: bearer abc123xyz", "x-bench: one", "x-api-token: tok-987"] {
+    for line in ["authorization: bearer abc123xyz", "x-bench: one", "x-api-token: tok-987654"] {
         assert!(lower.contains(line), "{line} not sent: {request}");
     }
     assert!(request.contains("\"prompt\":\"hi\"") && request.contains("\"ignore_eos\":true"), "{request}");
-    // The credentials are kept from artifacts; the plain header is not a secret.
-    let redacted = common::artifact::Redactor::from_env().redact_str("abc123xyz tok-987 one");
+    // No header value is recorded: the key and values of six characters or more are redacted
+    // wherever they would appear in an artifact (a short one would match ordinary words).
+    let redacted = common::artifact::Redactor::from_env().redact_str("abc123xyz tok-987654 one");
     assert_eq!(redacted, "<redacted> <redacted> one");
     // A variable named but unset is an error, not a silent run without the key.
-    let err = request_headers(&[], Some("SERVING_BENCH_TEST_UNSET")).unwrap_err();
+    let err = request_headers(&[], &[], Some("SERVING_BENCH_TEST_UNSET")).unwrap_err();
     assert_eq!(err.to_string(), "--api-key-env SERVING_BENCH_TEST_UNSET: the variable is not set");
-    assert!(request_headers(&["no colon".into()], None).is_err());
+    assert!(request_headers(&["no colon".into()], &[], None).is_err());
+    // A malformed header's error shows its name, never its value.
+    let err = request_headers(&["X-Password: S3cr\nt".into()], &[], None).unwrap_err().to_string();
+    assert!(err.contains("X-Password:<redacted>") && !err.contains("S3cr"), "{err}");
+}
+
+/// A scripted server (fault injector: a real server cannot be made to lie about its counts)
+/// whose usage claims 100,000,000 tokens for one chunk of text under `max_tokens` 3.
+#[tokio::test]
+async fn usage_that_contradicts_the_request_is_a_failure_of_its_own_and_enters_no_throughput() {
+    let lie = good_sse().replace("\"completion_tokens\":3", "\"completion_tokens\":100000000");
+    let r = run(Kind::OpenAi, scripted(vec![w(&lie)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::InconsistentUsage), "{:?}", r.error_detail);
+    assert!(r.error_detail.as_deref().unwrap().contains("100000000 is more than the 3 tokens"), "{:?}", r.error_detail);
+    assert_eq!((r.max_tokens, r.usage_completion_tokens), (Some(3), Some(100_000_000)));
+    // Ollama's counters are held to the same cap.
+    let body = format!(
+        "{NDJSON_HEAD}{{\"message\":{{\"content\":\"Hi\"}},\"done\":false}}\n\
+         {{\"message\":{{\"content\":\"\"}},\"done\":true,\"done_reason\":\"length\",\"eval_count\":4,\"eval_duration\":1000}}\n"
+    );
+    let r = run(Kind::Ollama, scripted(vec![w(&body)]).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::InconsistentUsage), "{:?}", r.error_detail);
+    // Running counts that add up past the final count are no success either.
+    let chunk = |t: &str, n: u64| {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":null}}],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":{n}}}}}\n\n")
+    };
+    let script = vec![
+        w(SSE_HEAD),
+        w(&chunk("Hel", 2)),
+        w(&chunk("lo", 3)),
+        w("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"),
+    ];
+    let (base, _) = scripted_seeing(script).await;
+    let target = target(Kind::OpenAi, base, RequestOptions { continuous_usage: true, ..Default::default() });
+    let t = timeouts();
+    let r = run_with(&http_client(&t, Default::default(), false), target, t).await;
+    assert_eq!(r.error, Some(ErrorClass::InconsistentUsage), "{:?}", r.error_detail);
+    // In the summary it is a failure by its class, and no token of it is throughput.
+    let runtimes = [serving_bench::serving::Runtime {
+        name: "scripted".into(),
+        kind: "openai".into(),
+        base_url: String::new(),
+        model: "m".into(),
+        replicas: Vec::new(),
+    }];
+    let row = &serving_bench::serving::summarize_all(&serving_bench::cli::seed_parameters(), &runtimes, &[r])[0];
+    assert_eq!(row["failures_by_class"]["inconsistent_usage"], 1, "{row:?}");
+    assert_eq!(row["successes"], 0);
+    assert_eq!(row["aggregate_output_tps_mean"].as_f64(), Some(0.0), "{row:?}");
 }
 
 #[tokio::test]
@@ -229,7 +283,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
     let options = RequestOptions { continuous_usage: true, ..Default::default() };
     let target = target(Kind::OpenAi, base, options);
     let t = timeouts();
-    let r = run_with(&http_client(&t, Default::default(), false), target, t).await;
+    let r = run_capped(&http_client(&t, Default::default(), false), target, t, 4).await;
     assert_eq!(r.error, None, "{:?}", r.error_detail);
     assert_eq!((r.chunks, r.chunk_tokens.clone()), (3, vec![1, 2, 1]));
     let gaps = r.token_gaps();
@@ -305,7 +359,8 @@ async fn https_verifies_certificates_unless_told_not_to() {
     let t = timeouts();
     let verified = run_with(&http_client(&t, Default::default(), false), target.clone(), t).await;
     assert_eq!(verified.error, Some(ErrorClass::Connect), "{:?}", verified.error_detail);
-    assert!(verified.error_detail.unwrap().to_lowercase().contains("certificate"));
+    let detail = verified.error_detail.unwrap();
+    assert!(detail.starts_with("TLS: the server's certificate is not trusted; pass --insecure"), "{detail}");
     let insecure = run_with(&http_client(&t, Default::default(), true), target, t).await;
     assert_eq!(insecure.error, None, "{:?}", insecure.error_detail);
     assert_eq!(insecure.chunks, 2);
@@ -319,6 +374,8 @@ async fn fault_connection_refused() {
     let r = run(Kind::OpenAi, format!("http://{addr}"), timeouts()).await;
     assert_eq!(r.error, Some(ErrorClass::Connect), "{:?}", r.error_detail);
     assert_eq!(r.status, None);
+    let detail = r.error_detail.unwrap();
+    assert!(detail.starts_with("connection refused: nothing listens at that address and port"), "{detail}");
 }
 
 #[tokio::test]

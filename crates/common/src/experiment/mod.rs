@@ -80,14 +80,24 @@ pub trait CommandLine: clap::Parser {
 }
 
 /// The whole `main` of an experiment binary: logging, the command line `A`, then `run`; an error
-/// is printed on one line (`{:#}`, so an `anyhow` error shows its causes) with exit status 1,
-/// and otherwise the process exits with the status `run` gives.
+/// is printed on one line (`{:#}`, so an `anyhow` error shows its causes, with any URL's
+/// credentials redacted, since such lines end up in logs) with exit status 1, and otherwise the
+/// process exits with the status `run` gives.
 pub fn main<A: clap::Parser, T: ExitStatus, E: std::fmt::Display>(run: impl FnOnce(A) -> Result<T, E>) -> ! {
     crate::init_tracing();
-    match run(A::parse()) {
+    let args = A::try_parse().unwrap_or_else(|e| {
+        // clap quotes the offending value, which may be a URL with a password.
+        let text = crate::artifact::redact_url_credentials(&e.render().to_string());
+        match e.use_stderr() {
+            true => eprint!("{text}"),
+            false => print!("{text}"),
+        }
+        std::process::exit(e.exit_code())
+    });
+    match run(args) {
         Ok(status) => std::process::exit(status.code()),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::artifact::redact_url_credentials(&format!("{e:#}")));
             std::process::exit(1)
         }
     }
@@ -107,6 +117,15 @@ impl ExitStatus for () {
 impl ExitStatus for i32 {
     fn code(self) -> i32 {
         self
+    }
+}
+
+/// For an experiment's checks: an artifact's `model_id` is the pinned model's repository when the
+/// run was pinned (unpinned runs name their folder, which nothing else records).
+pub fn check_model_id(model_id: &str, provenance: &crate::provenance::Provenance, f: &mut Findings) {
+    let repo = provenance.model.as_ref().and_then(|m| m.repo.as_deref());
+    if repo.is_some_and(|repo| repo != model_id) {
+        f.wrong("invariants", "model_id", format!("`{model_id}`, but provenance.model says {repo:?}"));
     }
 }
 
@@ -208,6 +227,13 @@ pub trait Experiment: Sync {
     /// The metrics of two of its artifacts side by side (A, B), for `report --compare`.
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow>;
 
+    /// Recomputes in `artifact` every part its binary derives from what it recorded (summaries,
+    /// ratios, per-request numbers from a timeline), the way the binary computes them; one that
+    /// does not read as this experiment's artifact is left as it is. The audit holds the stored
+    /// parts to these computations, and the forgery tests redo them as a forger would after
+    /// editing a recorded value. Nothing is derived by default.
+    fn rederive(&self, _artifact: &mut Value) {}
+
     /// The names a manifest's claims may use, given its parameters: metrics (of whole runs, of
     /// one request), runs and requests. None by default, so any claim is an error naming its
     /// metric.
@@ -255,6 +281,36 @@ pub fn judge_claims(
     }
     let value = serde_json::to_value(artifact).map_err(ExperimentError::read("artifact"))?;
     Ok(crate::evidence::judge(claims, &experiment.observations(&value)))
+}
+
+/// [`Experiment::rederive`], then the stored claims judged again on the artifact's rounds: every
+/// part of an artifact that follows from its recorded events, recomputed.
+pub fn rederive(experiment: &dyn Experiment, artifact: &mut Value) {
+    experiment.rederive(artifact);
+    let Some(stored) = artifact.get("claims").and_then(|c| serde_json::from_value::<Vec<ClaimResult>>(c.clone()).ok())
+    else {
+        return;
+    };
+    let mut claims: Vec<Claim> = Vec::new();
+    for r in stored {
+        if !claims.iter().any(|c| c.id == r.claim.id) {
+            claims.push(r.claim);
+        }
+    }
+    let judged = crate::evidence::judge(&claims, &experiment.observations(artifact));
+    if let Ok(judged) = serde_json::to_value(judged) {
+        artifact["claims"] = judged;
+    }
+}
+
+/// For [`Experiment::rederive`]: reads `artifact` as `A`, lets `derive` recompute its derived
+/// parts, and writes it back; one that does not read as `A` is left as it is.
+pub fn rederive_as<A: DeserializeOwned + Serialize>(artifact: &mut Value, derive: impl FnOnce(&mut A)) {
+    let Ok(mut typed) = serde_json::from_value::<A>(artifact.clone()) else { return };
+    derive(&mut typed);
+    if let Ok(value) = serde_json::to_value(&typed) {
+        *artifact = value;
+    }
 }
 
 /// The claims judged on an artifact. Ours carry theirs, judged when the run was made; a foreign

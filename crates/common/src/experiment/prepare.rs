@@ -42,6 +42,17 @@ pub struct ModelArgs {
     pub dtype: WeightDtype,
 }
 
+impl ModelArgs {
+    /// Refuses an `--out` that already exists, before any work: artifacts are never overwritten,
+    /// and a run that finds out only when it writes would throw its measurements away.
+    pub fn check_out(&self) -> Result<(), ArtifactError> {
+        match &self.out {
+            Some(path) if path.exists() => Err(ArtifactError::Exists(path.display().to_string())),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     #[error(transparent)]
@@ -86,6 +97,7 @@ pub fn prepare<P: DeserializeOwned, E: DeserializeOwned>(
     experiment: &'static str,
     args: &ModelArgs,
 ) -> Result<Prepared<P, E>, PrepareError> {
+    args.check_out()?;
     let clock = RunClock::start();
     let ws = Workspace::discover()?;
     let manifest_path = match (&args.manifest, &args.model_dir) {
@@ -158,6 +170,7 @@ impl<P, E> Prepared<P, E> {
                 weights: self.model.model.weight_dtype(),
                 manifest: self.manifest.as_ref().map(|m| m.record.clone()),
                 threads: crate::engine_threads(),
+                argv: provenance::argv(),
             },
         )
     }
