@@ -28,8 +28,9 @@ pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings
     if serde_json::to_value(&artifact.parameters).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
         f.wrong("invariants", "parameters", "differs from provenance.settings.effective");
     }
+    recorded_facts(&artifact, f);
     for (i, run) in artifact.runs.iter().enumerate() {
-        for Invalid { field, problem } in study::run_invariants(i, run) {
+        for Invalid { field, problem } in study::run_invariants(i, run, &artifact.jobs) {
             f.wrong("invariants", field, problem);
         }
         for (j, r) in run.requests.iter().enumerate() {
@@ -73,6 +74,124 @@ pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings
             f.wrong("invariants", "checks.expected", "does not match a fresh comparison with the manifest");
         }
     }
+}
+
+/// What the artifact states twice, or derives from its parameters, agrees: the jobs are the
+/// parameters' jobs, the environment and model are the provenance's, the descriptions are the
+/// code's, and every request's KV cache is the same number of bytes per position (one model's
+/// layout, for its prompt plus cap in whole tiles), the same for a job in every run.
+fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
+    let jobs_ok = a.jobs.len() == a.parameters.jobs.len()
+        && a.jobs.iter().zip(&a.parameters.jobs).all(|(j, spec)| {
+            j.id == spec.id
+                && j.prompt == spec.prompt
+                && j.max_new_tokens == spec.max_new_tokens
+                && j.arrival_ms == spec.arrival_ms
+        });
+    if !jobs_ok {
+        f.wrong("invariants", "jobs", "differ from parameters.jobs (id, prompt, cap and arrival, in order)");
+    }
+    if a.environment != study::Environment::of(&a.provenance) {
+        f.wrong("invariants", "environment", "differs from what provenance records of the build, host and weights");
+    }
+    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
+    if a.model_revision != a.provenance.model.as_ref().and_then(|m| m.revision.clone()) {
+        f.wrong("invariants", "model_revision", "differs from provenance.model.revision");
+    }
+    for (field, recorded, code) in [
+        ("execution_mode", a.execution_mode.as_str(), study::EXECUTION_MODE),
+        ("limits", a.limits.as_str(), study::LIMITS),
+        ("arrival_policy", a.arrival_policy.as_str(), study::arrival_policy(&a.parameters).as_str()),
+    ] {
+        if recorded != code {
+            f.wrong("invariants", field, format!("`{recorded}` is not what the code writes for these parameters"));
+        }
+    }
+    // Every configuration ran once per round, in the parameters' order, round after round.
+    let n = a.parameters.runs.len().max(1);
+    if a.runs.len() != a.parameters.runs.len().saturating_mul(a.parameters.rounds) {
+        f.wrong(
+            "invariants",
+            "runs",
+            format!(
+                "{} runs, but {} configurations over {} rounds make {}",
+                a.runs.len(),
+                a.parameters.runs.len(),
+                a.parameters.rounds,
+                a.parameters.runs.len().saturating_mul(a.parameters.rounds)
+            ),
+        );
+    }
+    for (i, run) in a.runs.iter().enumerate() {
+        let Some(config) = a.parameters.runs.get(i % n) else {
+            return f.wrong("invariants", "parameters.runs", "empty, but the artifact records runs");
+        };
+        let planned = (config.policy, config.chunk_size, config.max_active, i / n);
+        if (run.policy, run.chunk_size, run.max_active, run.round) != planned {
+            return f.wrong(
+                "invariants",
+                format!("runs[{i}]"),
+                format!(
+                    "{} chunk {:?} max {} round {}: the parameters' order gives {planned:?} here",
+                    run.policy.name(),
+                    run.chunk_size,
+                    run.max_active,
+                    run.round
+                ),
+            );
+        }
+        if let Some(j) = run.requests.iter().position(|r| jobs_prompt(a, &r.id) != Some(r.prompt.as_str())) {
+            f.wrong("invariants", format!("runs[{i}].requests[{j}].prompt"), "is not its job's prompt");
+        }
+    }
+    // The runs ran one after another within the run's recorded start and end.
+    let elapsed_s: f64 = a.runs.iter().map(|r| r.elapsed_ms).sum::<f64>() / 1000.0;
+    if let Some(wall) = a.provenance.wall_s() {
+        // Both clocks are read to the millisecond or better; the slack covers their rounding.
+        if elapsed_s > wall + 0.01 {
+            f.wrong(
+                "invariants",
+                "runs",
+                format!("the runs' elapsed times add up to {elapsed_s:.3} s, more than the {wall:.3} s from provenance.started_at to finished_at"),
+            );
+        }
+    }
+    // Bytes per cached position: every request's, and each job's in every run, alike.
+    let tile = 64;
+    let mut per_position: Option<(u128, String)> = None;
+    let mut by_job: std::collections::BTreeMap<&str, usize> = Default::default();
+    let jobs: std::collections::BTreeMap<&str, &study::JobRecord> = a.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+    for (i, run) in a.runs.iter().enumerate() {
+        for (j, r) in run.requests.iter().enumerate() {
+            let field = format!("runs[{i}].requests[{j}].kv_cache_bytes");
+            let Some(job) = jobs.get(r.id.as_str()) else { continue };
+            let positions = (job.prompt_tokens as u128 + job.max_new_tokens as u128).div_ceil(tile) * tile;
+            let bytes = r.kv_cache_bytes as u128;
+            let consistent = match &per_position {
+                None if bytes % positions.max(1) == 0 => {
+                    per_position = Some((bytes / positions.max(1), field.clone()));
+                    true
+                }
+                None => false,
+                Some((each, _)) => bytes == each * positions,
+            };
+            if !consistent || *by_job.entry(r.id.as_str()).or_insert(r.kv_cache_bytes) != r.kv_cache_bytes {
+                let model = per_position
+                    .as_ref()
+                    .map(|(each, first)| format!(" ({each} bytes per position at {first})"))
+                    .unwrap_or_default();
+                return f.wrong(
+                    "invariants",
+                    field,
+                    format!("{} bytes is not {positions} cached positions of the run's model{model}", r.kv_cache_bytes),
+                );
+            }
+        }
+    }
+}
+
+fn jobs_prompt<'a>(a: &'a SchedulerArtifact, id: &str) -> Option<&'a str> {
+    a.jobs.iter().find(|j| j.id == id).map(|j| j.prompt.as_str())
 }
 
 /// A foreign artifact of the scheduler study: `runs` and an `arrival_policy`.

@@ -50,6 +50,10 @@ impl Experiment for Scheduler {
         checks::audit(artifact, expectations, findings)
     }
 
+    fn rederive(&self, artifact: &mut Value) {
+        common::experiment::rederive_as(artifact, study::rederive)
+    }
+
     fn recognises(&self, foreign: &Value) -> bool {
         checks::recognises(foreign)
     }

@@ -9,8 +9,9 @@ use common::qwen::WeightDtype;
 use common::schedule::{self, request_metrics, Job};
 use scheduler::cli::Args;
 use scheduler::study::{
-    compare_ids, consistency, output_tokens_per_s, run_ids, summarize_runs, summarize_throughput, Checks, Environment,
-    Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
+    arrival_policy, compare_ids, consistency, output_tokens_per_s, run_ids, summarize_runs, summarize_throughput,
+    Checks, Environment, Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
+    EXECUTION_MODE, LIMITS,
 };
 
 use scheduler::{Scheduler, EXPERIMENT};
@@ -54,6 +55,8 @@ fn run(args: Args) -> Result<i32> {
         });
         jobs.push(job);
     }
+
+    check_memory(&params, &jobs, model)?;
 
     let total = params.runs.len() * (params.warmup + params.rounds);
     let mut done = 0;
@@ -126,21 +129,8 @@ fn run(args: Args) -> Result<i32> {
     let provenance = prepared.provenance(facts, args.requested(), serde_json::to_value(&params)?);
     let pin = prepared.resolved.pin.as_ref();
     let mut artifact = SchedulerArtifact {
-        execution_mode:
-            "fresh local model inference with real per-request cache; cooperative scheduler, serial or batched forwards"
-                .into(),
-        environment: Environment {
-            rust: provenance.build.rustc.clone(),
-            candle: provenance.build.candle.clone(),
-            tokenizers: provenance.build.tokenizers.clone(),
-            platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
-            device: "cpu".into(),
-            dtype: match weights {
-                WeightDtype::F32 => "f32".into(),
-                other => format!("{} weights, f32 activations and accumulation", other.name()),
-            },
-            threads: provenance.threads,
-        },
+        execution_mode: EXECUTION_MODE.into(),
+        environment: Environment::of(&provenance),
         model_id: pin.map(|p| p.repo.clone()).unwrap_or_else(|| prepared.ws.display_path(&prepared.resolved.dir)),
         model_revision: pin.map(|p| p.revision.clone()),
         source_sha256: facts.source_sha256.to_string(),
@@ -152,7 +142,7 @@ fn run(args: Args) -> Result<i32> {
         runs,
         checks,
         claims: Vec::new(),
-        limits: "Model forwards on one CPU device, one per-request KV cache each; the batched policy runs every admitted request in one forward (per-request attention, shared weight reads). Wall-clock numbers are this machine's and move between runs.".into(),
+        limits: LIMITS.into(),
         provenance,
     };
     artifact.claims = judge_claims(&Scheduler, &claims, &artifact)?;
@@ -195,13 +185,36 @@ fn run(args: Args) -> Result<i32> {
     Ok(code)
 }
 
-fn arrival_policy(p: &Parameters) -> String {
-    if p.jobs.iter().all(|j| j.arrival_ms == 0.0) {
-        "all jobs arrive before the scheduler starts; greedy output, explicit per-job caps".into()
-    } else {
-        "jobs arrive at their manifest arrival_ms from the scheduler's start; greedy output, explicit per-job caps"
-            .into()
+/// The run must fit in memory ([`common::budget`]): the sessions a run admits at once (each a
+/// KV cache for its prompt and cap), and every measured round's records until the artifact is
+/// written. A record's size is estimated per timeline step (its record, and its part of the
+/// JSON tree and text that writing makes) and per generated token.
+fn check_memory(params: &Parameters, jobs: &[Job], model: &common::load::LoadedModel) -> Result<()> {
+    const PER_STEP: u64 = 2_000;
+    const PER_REQUEST: u64 = 2_000;
+    let cache = |job: &Job| model.model.cache_bytes(job.prompt_ids.len() + job.max_new_tokens) as u64;
+    let steps = |job: &Job, chunk: Option<usize>| {
+        let prefill = chunk.map_or(1, |c| job.prompt_ids.len().div_ceil(c.max(1)));
+        (prefill + job.max_new_tokens) as u64
+    };
+    let mut per_round = 0u64;
+    let mut caches = 0u64;
+    for config in &params.runs {
+        let records: u64 =
+            jobs.iter().map(|j| steps(j, config.chunk_size).saturating_mul(PER_STEP).saturating_add(PER_REQUEST)).sum();
+        per_round = per_round.saturating_add(records);
+        let mut sizes: Vec<u64> = jobs.iter().map(cache).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        caches = caches.max(sizes.iter().take(config.max_active).sum());
     }
+    common::budget::fits(
+        "parameters.rounds",
+        params.rounds as u64,
+        per_round,
+        caches,
+        common::budget::available_bytes(),
+    )?;
+    Ok(())
 }
 
 fn print_table(a: &SchedulerArtifact) {

@@ -8,7 +8,7 @@ use common::policy::Policy;
 use common::provenance::Provenance;
 pub use common::schedule::JobSpec;
 use common::schedule::{request_metrics, RunConfig, TimelineStep};
-use common::session::FinishReason;
+use common::session::{FinishReason, StepKind};
 use common::stats::{summarize, Summary};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -76,10 +76,14 @@ impl Parameters {
                     "0; a job must be allowed at least 1 new token",
                 ));
             }
-            if !(job.arrival_ms.is_finite() && job.arrival_ms >= 0.0) {
+            if let Err(e) = common::manifest::seconds(&format!("jobs[{i}].arrival_ms"), job.arrival_ms / 1000.0) {
                 return Err(Invalid::new(
-                    format!("jobs[{i}].arrival_ms"),
-                    format!("{}; must be a time >= 0", job.arrival_ms),
+                    e.field,
+                    format!(
+                        "{:?} ms: must be a time from 0 to {} ms (a week)",
+                        job.arrival_ms,
+                        common::manifest::MAX_WAIT_S * 1000.0
+                    ),
                 ));
             }
         }
@@ -115,6 +119,23 @@ impl Parameters {
     }
 }
 
+/// How the runs computed (the seed's `execution_mode`).
+pub const EXECUTION_MODE: &str =
+    "fresh local model inference with real per-request cache; cooperative scheduler, serial or batched forwards";
+
+/// What the numbers are not (the seed's `limits`).
+pub const LIMITS: &str = "Model forwards on one CPU device, one per-request KV cache each; the batched policy runs every admitted request in one forward (per-request attention, shared weight reads). Wall-clock numbers are this machine's and move between runs.";
+
+/// When the jobs arrive (the seed's `arrival_policy`), as the parameters say.
+pub fn arrival_policy(p: &Parameters) -> String {
+    if p.jobs.iter().all(|j| j.arrival_ms == 0.0) {
+        "all jobs arrive before the scheduler starts; greedy output, explicit per-job caps".into()
+    } else {
+        "jobs arrive at their manifest arrival_ms from the scheduler's start; greedy output, explicit per-job caps"
+            .into()
+    }
+}
+
 /// The software and device the numbers were computed with (the seed's `environment`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -126,6 +147,25 @@ pub struct Environment {
     pub device: String,
     pub dtype: String,
     pub threads: usize,
+}
+
+impl Environment {
+    /// What the provenance block says of the build, the host and the weights, in the seed's terms.
+    pub fn of(provenance: &Provenance) -> Self {
+        let weights = provenance.model.as_ref().map(|m| m.weights).unwrap_or_default();
+        Environment {
+            rust: provenance.build.rustc.clone(),
+            candle: provenance.build.candle.clone(),
+            tokenizers: provenance.build.tokenizers.clone(),
+            platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
+            device: "cpu".into(),
+            dtype: match weights {
+                common::weights::WeightDtype::F32 => "f32".into(),
+                other => format!("{} weights, f32 activations and accumulation", other.name()),
+            },
+            threads: provenance.threads,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -301,6 +341,27 @@ pub fn consistency(runs: &[RunRecord]) -> (bool, Vec<String>) {
     (differences.is_empty(), differences)
 }
 
+/// Everything the binary derives from the recorded timelines, recomputed: each request's numbers
+/// and ids, each run's elapsed time and throughput, the summaries and the consistency check.
+pub fn rederive(a: &mut SchedulerArtifact) {
+    for run in &mut a.runs {
+        let derived = request_metrics(&run.timeline);
+        for r in &mut run.requests {
+            if let Some(d) = derived.iter().find(|d| d.id == r.id) {
+                (r.ttft_ms, r.completion_ms, r.max_gap_ms) = (d.ttft_ms, d.completion_ms, d.max_gap_ms);
+                r.output_ids = d.output_ids.clone();
+            }
+        }
+        if let Some(last) = run.timeline.last() {
+            run.elapsed_ms = last.end_ms;
+        }
+        run.output_tokens_per_s = output_tokens_per_s(&run.requests, run.elapsed_ms);
+    }
+    a.summary = summarize_runs(&a.runs);
+    a.throughput = summarize_throughput(&a.runs);
+    (a.checks.output_ids_identical, a.checks.differences) = consistency(&a.runs);
+}
+
 /// Median and spread over rounds, per run configuration and request.
 pub fn summarize_runs(runs: &[RunRecord]) -> Vec<SummaryRow> {
     let requests = runs.iter().flat_map(|run| {
@@ -363,9 +424,10 @@ pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
 }
 
 /// The invariants any honest scheduler run satisfies; a list of violations naming the field.
-/// The audit applies these to our artifacts and, where the fields exist, to the seed's.
-pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<Invalid> {
-    let mut problems = Vec::new();
+/// The audit applies these to our artifacts and, where the fields exist, to the seed's. `jobs`
+/// are the run's jobs, which its timeline must step exactly as the engine would.
+pub fn run_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) -> Vec<Invalid> {
+    let mut problems = timeline_invariants(run_index, run, jobs);
     let at = |field: &str| format!("runs[{run_index}].{field}");
     for (i, r) in run.requests.iter().enumerate() {
         if r.ttft_ms > r.completion_ms {
@@ -430,6 +492,179 @@ pub fn run_invariants(run_index: usize, run: &RunRecord) -> Vec<Invalid> {
                     }
                 }
             }
+        }
+    }
+    problems
+}
+
+/// A run's timeline is the whole of what it did, stepped as the engine steps: every job of the
+/// run appears on it, each job's prefill steps cover its prompt from position 0 in order, the last
+/// of them and every decode step (one token, at the next position) produce a token, no job makes
+/// more tokens than its cap (a `length` finish is exactly at it), no step starts before its job
+/// arrived, a forward's steps carry its size in `batch`, the serial policies step one job per
+/// forward (`fifo` each job to its end, in arrival order), prefill chunks keep to `chunk_size`
+/// (for `batched`, the step's budget after its decodes), and no more than `max_active` jobs are
+/// under way at once. An emptied or thinned timeline, or one edited to fit other request
+/// numbers, shows here.
+fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) -> Vec<Invalid> {
+    let mut problems = Vec::new();
+    let at = |field: &str| format!("runs[{run_index}].{field}");
+    if run.timeline.is_empty() {
+        problems.push(Invalid::new(
+            at("timeline"),
+            format!("empty, but the run has {} requests: every request's numbers derive from it", run.requests.len()),
+        ));
+        return problems;
+    }
+    let by_id: BTreeMap<&str, &JobRecord> = jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+    let requests: BTreeMap<&str, (usize, &RequestRecord)> =
+        run.requests.iter().enumerate().map(|(i, r)| (r.id.as_str(), (i, r))).collect();
+    if run.requests.len() != jobs.len() || jobs.iter().any(|j| !requests.contains_key(j.id.as_str())) {
+        problems.push(Invalid::new(
+            at("requests"),
+            format!("{} requests, but the run had {} jobs", run.requests.len(), jobs.len()),
+        ));
+    }
+    // Per forward (steps with the same times): its steps, its decodes and the prompt tokens it
+    // prefills. Per job: where its steps stand.
+    let mut forwards: BTreeMap<(u64, u64), (usize, usize, usize)> = BTreeMap::new();
+    for step in &run.timeline {
+        let f = forwards.entry((step.start_ms.to_bits(), step.end_ms.to_bits())).or_default();
+        f.0 += 1;
+        match step.kind {
+            StepKind::Decode => f.1 += 1,
+            StepKind::Prefill => f.2 = f.2.saturating_add(step.tokens),
+        }
+    }
+    struct Progress {
+        prefilled: usize,
+        generated: usize,
+        first_start: f64,
+        last_end: f64,
+    }
+    let mut progress: BTreeMap<&str, Progress> = BTreeMap::new();
+    let serial = matches!(run.policy, Policy::Fifo | Policy::Interleave);
+    for (i, step) in run.timeline.iter().enumerate() {
+        let field = |k: &str| at(&format!("timeline[{i}].{k}"));
+        let Some(&job) = by_id.get(step.job.as_str()) else {
+            problems.push(Invalid::new(field("job"), format!("`{}` is not one of the run's jobs", step.job)));
+            return problems;
+        };
+        let size = forwards[&(step.start_ms.to_bits(), step.end_ms.to_bits())].0;
+        if step.batch != size || (serial && size != 1) {
+            problems.push(Invalid::new(
+                field("batch"),
+                format!("{}, but {size} steps share its forward under {}", step.batch, run.policy.name()),
+            ));
+        }
+        if step.start_ms < job.arrival_ms {
+            problems.push(Invalid::new(
+                field("start_ms"),
+                format!("{}: before its job arrived at {} ms", step.start_ms, job.arrival_ms),
+            ));
+        }
+        let p = progress.entry(step.job.as_str()).or_insert(Progress {
+            prefilled: 0,
+            generated: 0,
+            first_start: step.start_ms,
+            last_end: step.end_ms,
+        });
+        p.last_end = step.end_ms;
+        let (position, produces) = match step.kind {
+            StepKind::Prefill => {
+                let ends = p.prefilled.checked_add(step.tokens) == Some(job.prompt_tokens);
+                (p.prefilled, ends)
+            }
+            StepKind::Decode => ((job.prompt_tokens + p.generated).saturating_sub(1), true),
+        };
+        let in_order = match step.kind {
+            StepKind::Prefill => {
+                p.prefilled < job.prompt_tokens && step.tokens >= 1 && step.tokens <= job.prompt_tokens - p.prefilled
+            }
+            StepKind::Decode => p.prefilled == job.prompt_tokens && step.tokens == 1 && p.generated >= 1,
+        };
+        if !in_order || step.position != position {
+            problems.push(Invalid::new(
+                field("position"),
+                format!(
+                    "a {:?} step of {} tokens at {}: job `{}` stood at {} of {} prompt tokens with {} generated",
+                    step.kind, step.tokens, step.position, step.job, p.prefilled, job.prompt_tokens, p.generated
+                ),
+            ));
+            return problems;
+        }
+        if step.token.is_some() != produces {
+            problems.push(Invalid::new(
+                field("token"),
+                "a step produces a token exactly when it ends the prompt or decodes",
+            ));
+        }
+        if step.kind == StepKind::Prefill {
+            p.prefilled += step.tokens;
+        }
+        if step.token.is_some() {
+            p.generated += 1;
+            if p.generated > job.max_new_tokens {
+                problems.push(Invalid::new(
+                    field("token"),
+                    format!("job `{}` past its cap of {}", step.job, job.max_new_tokens),
+                ));
+            }
+        }
+    }
+    for job in jobs {
+        let done = progress.get(job.id.as_str()).map_or(0, |p| p.generated);
+        let request = requests.get(job.id.as_str());
+        if let Some((i, _)) =
+            request.filter(|(_, r)| r.finish_reason == FinishReason::Length && done != job.max_new_tokens)
+        {
+            problems.push(Invalid::new(
+                at(&format!("requests[{i}].finish_reason")),
+                format!("length, but job `{}` made {done} of its {} tokens", job.id, job.max_new_tokens),
+            ));
+        }
+    }
+    // Prefill chunks keep to the run's chunk size (for batched: its step budget after decodes).
+    if let Some(chunk) = run.chunk_size {
+        let over = forwards.iter().find(|(_, (_, decodes, prefilled))| {
+            *prefilled > if serial { chunk } else { chunk.saturating_sub(*decodes) }
+        });
+        if let Some(((start, _), (_, _, prefilled))) = over {
+            problems.push(Invalid::new(
+                at("timeline"),
+                format!(
+                    "the forward at {} ms prefills {prefilled} tokens, more than chunk_size {chunk} allows",
+                    f64::from_bits(*start)
+                ),
+            ));
+        }
+    }
+    // At most max_active jobs under way at once (from each job's first step to its last), and
+    // under fifo one at a time, in arrival order.
+    let mut spans: Vec<(f64, f64, &str)> = progress.iter().map(|(id, p)| (p.first_start, p.last_end, *id)).collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if run.policy == Policy::Fifo {
+        let mut arrival: Vec<&JobRecord> = jobs.iter().collect();
+        arrival.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
+        let ran: Vec<&str> = spans.iter().map(|s| s.2).collect();
+        let arrived: Vec<&str> = arrival.iter().map(|j| j.id.as_str()).collect();
+        if ran != arrived {
+            problems.push(Invalid::new(at("timeline"), format!("fifo ran {ran:?}, not in arrival order {arrived:?}")));
+        }
+    }
+    // Starts and ends in time order, an end before a start at the same instant.
+    let mut events: Vec<(f64, i64)> = spans.iter().flat_map(|s| [(s.0, 1), (s.1, -1)]).collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let limit = if run.policy == Policy::Fifo { 1 } else { run.max_active as i64 };
+    let mut under_way = 0i64;
+    for (t, change) in events {
+        under_way += change;
+        if under_way > limit {
+            problems.push(Invalid::new(
+                at("timeline"),
+                format!("{under_way} jobs under way at {t} ms, but {} allows {limit}", run.policy.name()),
+            ));
+            break;
         }
     }
     problems

@@ -123,6 +123,42 @@ fn fresh_is_ok_and_every_hand_edit_is_wrong_and_named() {
         let edited = edit(&path, change, true);
         assert_wrong(&s.audit(&edited), field);
     }
+    // Forged as a forger would (edit, recompute the summary and the claims, reseal): every
+    // timeline emptied and one request's TTFT halved in every run. The requests no longer follow
+    // from a timeline, which an artifact of runs that stepped must have.
+    let forged = edit(
+        &path,
+        |v| {
+            v.as_object_mut().unwrap().remove(SEAL_KEY);
+            for run in v["runs"].as_array_mut().unwrap() {
+                run["timeline"] = json!([]);
+                let ttft = run["requests"][0]["ttft_ms"].as_f64().unwrap();
+                run["requests"][0]["ttft_ms"] = json!(ttft / 2.0);
+            }
+            common::experiment::rederive(&scheduler::Scheduler, v);
+        },
+        true,
+    );
+    let r = s.audit(&forged);
+    assert_wrong(&r, "runs[0].timeline");
+    assert!(r.first_reason().contains("empty, but the run has 3 requests"), "{}", r.first_reason());
+    // A thinned timeline (a job's first decode step dropped) no longer steps its job as the
+    // engine does, whatever was recomputed from it.
+    let thinned = edit(
+        &path,
+        |v| {
+            v.as_object_mut().unwrap().remove(SEAL_KEY);
+            let timeline = v["runs"][1]["timeline"].as_array_mut().unwrap();
+            let first_decode = timeline.iter().position(|s| s["kind"] == "decode").unwrap();
+            timeline.remove(first_decode);
+            common::experiment::rederive(&scheduler::Scheduler, v);
+        },
+        true,
+    );
+    let r = s.audit(&thinned);
+    assert_wrong(&r, "runs[1].timeline");
+    assert!(r.first_reason().contains("a Decode step of 1 tokens at"), "{}", r.first_reason());
+
     // A file that is not JSON at all.
     let broken = path.with_file_name("broken.json");
     std::fs::write(&broken, "{\"runs\": [").unwrap();

@@ -73,7 +73,7 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
 
     // Honest-run invariants hold and the ids are identical across policies and rounds.
     for (i, run) in a.runs.iter().enumerate() {
-        assert_eq!(run_invariants(i, run), Vec::new());
+        assert_eq!(run_invariants(i, run, &a.jobs), Vec::new());
         let ids: Vec<_> = run.requests.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["interactive-a", "interactive-b", "long-document"], "sorted by id like the seed");
     }
@@ -218,6 +218,13 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         // The largest cap there is: added to the prompt's length it would wrap; the check must not.
         ("jobs[0].prompt:", Box::new(|m| m["parameters"]["jobs"][0]["max_new_tokens"] = u64::MAX.into())),
         ("parameters.warmup:", Box::new(|m| m["parameters"]["warmup"] = u64::MAX.into())),
+        // Counts the machine cannot hold the records of, and waits no clock can keep.
+        ("parameters.rounds: 1000000 would hold about", Box::new(|m| m["parameters"]["rounds"] = 1_000_000.into())),
+        (
+            "jobs[0].arrival_ms: 1e300 ms: must be a time from 0 to 604800000 ms",
+            Box::new(|m| m["parameters"]["jobs"][0]["arrival_ms"] = 1e300.into()),
+        ),
+        ("jobs[2].arrival_ms: -1.0 ms", Box::new(|m| m["parameters"]["jobs"][2]["arrival_ms"] = (-1.0).into())),
         ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
     ];
     for (expected, edit) in cases {
@@ -255,6 +262,8 @@ fn an_existing_out_file_is_never_overwritten() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+    // Refused before any work: no model was loaded, no run made.
+    assert!(!stderr(&o).contains("loading model") && !stderr(&o).contains("[1/"), "{}", stderr(&o));
 }
 
 #[test]
