@@ -33,7 +33,7 @@ pub struct Audit<'a> {
     experiments: &'a [&'a dyn Experiment],
     /// Source hashes by crate folder: an experiment's linked sources are read once per audit,
     /// not once per artifact.
-    hashes: Mutex<BTreeMap<String, Result<String, Arc<std::io::Error>>>>,
+    hashes: Mutex<BTreeMap<String, Result<(String, usize), Arc<std::io::Error>>>>,
 }
 
 impl<'a> Audit<'a> {
@@ -125,15 +125,18 @@ impl Audit<'_> {
             return f.into_report(shown, Some(experiment), None);
         };
         check_schema(ws, &experiment, version.unwrap_or(0), &body, &mut f);
+        check_provenance(&body, &mut f);
 
         let manifest_path = body.pointer("/provenance/manifest/path").and_then(Value::as_str).map(str::to_string);
         let manifest = match &manifest_path {
             None => {
-                f.note(
-                    "manifest",
-                    "provenance.manifest",
-                    "unpinned run (--model-dir without a manifest): internal checks only",
-                );
+                let why = match body.pointer("/provenance/model") {
+                    Some(Value::Null) | None => {
+                        "a run of no model of ours (external targets only, no manifest): internal checks only"
+                    }
+                    Some(_) => "unpinned run (--model-dir without a manifest): internal checks only",
+                };
+                f.note("manifest", "provenance.manifest", why);
                 None
             }
             Some(rel) => check_manifest(ws, rel, &body, &mut f),
@@ -141,7 +144,6 @@ impl Audit<'_> {
         self.check_source(&body, &mut f);
         check_argv(kind, manifest.as_ref(), &body, &mut f);
         let mut expectations = None;
-        let mut expectations_apply = false;
         if let Some(m) = &manifest {
             check_pin(ws, m, &body, &mut f);
             let recorded = body.pointer("/provenance/settings/effective").cloned().unwrap_or(Value::Null);
@@ -150,7 +152,6 @@ impl Audit<'_> {
             match differences.first() {
             None => {
                 expectations = m.expectations.clone();
-                expectations_apply = true;
             }
             Some((field, msg)) if own_folder.as_deref().is_some_and(|dir| path.parent() == Some(dir)) => f.wrong(
                 "parameters",
@@ -173,9 +174,9 @@ impl Audit<'_> {
             Ok(own) => f.0.extend(own.0),
             Err(panic) => f.wrong("invariants", "", format!("the {experiment} checks panicked: {panic}")),
         }
-        // The manifest's claims apply when the run had its parameters (a custom run is judged on
-        // the claims it stored, which are recomputed all the same).
-        let stated = manifest.as_ref().filter(|_| expectations_apply).map(|m| m.claims.as_slice());
+        // A run judges its manifest's claims, custom runs too (whose verdicts are recomputed on
+        // their own rounds): claims that differ from the manifest's make it stale.
+        let stated = manifest.as_ref().map(|m| m.claims.as_slice());
         if let Err(panic) = guarded(|| check_claims(kind, stated, &body, &mut f)) {
             f.wrong("claims", "claims", format!("recomputing the claims panicked: {panic}"));
         }
@@ -255,13 +256,36 @@ impl Audit<'_> {
         }
         let now = {
             let mut hashes = self.hashes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let hashed = hashes
-                .entry(crate_dir.to_string())
-                .or_insert_with(|| source_hash::hash_crate(&ws.root, crate_dir).map(|h| h.sha256).map_err(Arc::new));
+            let hashed = hashes.entry(crate_dir.to_string()).or_insert_with(|| {
+                source_hash::hash_crate(&ws.root, crate_dir).map(|h| (h.sha256, h.files.len())).map_err(Arc::new)
+            });
             hashed.clone()
         };
         match now {
-            Ok(now) if now != recorded => f.add(
+            // The same code hashes the same files and links the same locked libraries: a count or
+            // a version that differs was written by hand.
+            Ok((now, files)) if now == recorded => {
+                let count = body.pointer("/provenance/source/files").and_then(Value::as_u64);
+                if count != Some(files as u64) {
+                    f.wrong(
+                        "source",
+                        "provenance.source.files",
+                        format!("{count:?}, but the code it hashed has {files} files"),
+                    );
+                }
+                let (candle, tokenizers) = common::provenance::LIBRARIES;
+                for (field, locked) in [("candle", candle), ("tokenizers", tokenizers)] {
+                    let built = body.pointer(&format!("/provenance/build/{field}")).and_then(Value::as_str);
+                    if built != Some(locked) {
+                        f.wrong(
+                            "source",
+                            format!("provenance.build.{field}"),
+                            format!("{built:?}, but the code's Cargo.lock has {locked}"),
+                        );
+                    }
+                }
+            }
+            Ok((now, _)) => f.add(
                 Severity::Stale,
                 "source",
                 "provenance.source.sha256",
@@ -271,7 +295,6 @@ impl Audit<'_> {
                     short(&now)
                 ),
             ),
-            Ok(_) => {}
             Err(e) => f.wrong("source", "provenance.source.crate_dir", format!("cannot hash the sources: {e}")),
         }
     }
@@ -407,17 +430,66 @@ fn check_argv(kind: &dyn Experiment, manifest: Option<&AnyManifest>, body: &Valu
     }
 }
 
+/// The provenance block's facts agree among themselves: the run's times read as times, in order,
+/// and its id is its start's; the program is the experiment's binary; the build is of a target
+/// for the host's architecture, in a profile cargo has; the commit is a commit id. A fact edited
+/// by hand into a form no run writes shows here.
+fn check_provenance(body: &Value, f: &mut Findings) {
+    let provenance = body.get("provenance").and_then(|p| serde_json::from_value(p.clone()).ok());
+    let Some(p): Option<common::provenance::Provenance> = provenance else { return };
+    match (common::provenance::parse_time(&p.started_at), common::provenance::parse_time(&p.finished_at)) {
+        (Some(start), Some(end)) if start <= end => {
+            let id = start.format("%Y%m%dT%H%M%SZ").to_string();
+            let suffix = p.run_id.strip_prefix(&id).and_then(|s| s.strip_prefix('-'));
+            if !suffix
+                .is_some_and(|s| s.len() == 4 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+            {
+                f.wrong(
+                    "invariants",
+                    "provenance.run_id",
+                    format!("`{}` is not the id of a run started at {}", p.run_id, p.started_at),
+                );
+            }
+        }
+        (Some(_), Some(_)) => f.wrong("invariants", "provenance.finished_at", "before the run started"),
+        (None, _) => f.wrong("invariants", "provenance.started_at", "not an RFC 3339 time"),
+        (_, None) => f.wrong("invariants", "provenance.finished_at", "not an RFC 3339 time"),
+    }
+    let program = p.argv.first().map(|a| a.rsplit(['/', '\\']).next().unwrap_or_default());
+    if program != Some(p.experiment.as_str()) {
+        f.wrong(
+            "invariants",
+            "provenance.argv[0]",
+            format!("{program:?}, but the experiment's binary is `{}`", p.experiment),
+        );
+    }
+    if p.build.target.split('-').next() != Some(p.host.arch.as_str())
+        || !["debug", "release"].contains(&p.build.profile.as_str())
+    {
+        f.wrong(
+            "invariants",
+            "provenance.build",
+            "not a build cargo makes for the host's architecture (target, profile)",
+        );
+    }
+    if let Some(git) =
+        p.git.as_ref().filter(|g| !(g.commit.len() == 40 && g.commit.bytes().all(|b| b.is_ascii_hexdigit())))
+    {
+        f.wrong("invariants", "provenance.git.commit", format!("`{}` is not a commit id", git.commit));
+    }
+}
+
 fn check_schema(ws: &Workspace, experiment: &str, version: u64, body: &Value, f: &mut Findings) {
     let name = format!("{experiment}-artifact.v{version}");
     let path = ws.root.join("schemas").join(format!("{name}.json"));
     let Ok(text) = std::fs::read_to_string(&path) else {
-        f.add(
-            Severity::Note,
+        return f.wrong(
             "schema",
-            "",
-            format!("no committed schema schemas/{name}.json; structure not validated"),
+            "provenance.schema_version",
+            format!(
+                "{version}: no committed schema schemas/{name}.json for it; this workspace writes no such artifact"
+            ),
         );
-        return;
     };
     let schema: Value = match serde_json::from_str(&text) {
         Ok(s) => s,
@@ -500,18 +572,10 @@ fn check_claims(kind: &dyn Experiment, stated: Option<&[Claim]>, body: &Value, f
     for i in 0..stored.len().max(recomputed.len()) {
         let (s, r) = (stored.get(i), recomputed.get(i));
         if s != r {
-            let says = |x: Option<&ClaimResult>| match x {
-                None => "nothing".to_string(),
-                Some(x) => {
-                    let ratios: Vec<String> = x.pairs.iter().map(common::evidence::describe_ratio).collect();
-                    format!("{} ({})", x.verdict.name(), ratios.join(", "))
-                }
-            };
-            f.wrong(
-                "claims",
-                format!("claims[{i}]"),
-                format!("stored {}, but the recorded rounds give {}", says(s), says(r)),
-            );
+            let json = |x: Option<&ClaimResult>| x.and_then(|x| serde_json::to_value(x).ok()).unwrap_or(Value::Null);
+            let (field, stored_value, given) = first_difference(&json(s), &json(r), format!("claims[{i}]"))
+                .unwrap_or_else(|| (format!("claims[{i}]"), json(s), json(r)));
+            f.wrong("claims", field, format!("stored {stored_value}, but the recorded rounds give {given}"));
         }
     }
     if let Some(stated) = stated {
@@ -523,6 +587,23 @@ fn check_claims(kind: &dyn Experiment, stated: Option<&[Claim]>, body: &Value, f
                 "the run judged other claims than its manifest states now: re-run to judge the manifest's",
             );
         }
+    }
+}
+
+/// The first place where two JSON values differ, as its path and the two values there: what a
+/// finding names, rather than two whole objects that look alike.
+fn first_difference(a: &Value, b: &Value, path: String) -> Option<(String, Value, Value)> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x
+            .iter()
+            .map(|(k, v)| (k, v, y.get(k).unwrap_or(&Value::Null)))
+            .chain(y.iter().filter(|(k, _)| !x.contains_key(*k)).map(|(k, w)| (k, &Value::Null, w)))
+            .find_map(|(k, v, w)| first_difference(v, w, format!("{path}.{k}"))),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().find_map(|(i, (v, w))| first_difference(v, w, format!("{path}[{i}]")))
+        }
+        (a, b) if a == b => None,
+        (a, b) => Some((path, a.clone(), b.clone())),
     }
 }
 
@@ -581,6 +662,14 @@ fn check_pin(ws: &Workspace, manifest: &AnyManifest, body: &Value, f: &mut Findi
         );
     }
     let pin_path = ws.manifests_dir().join("models").join(format!("{}.json", pin.name));
+    let recorded_path = body.pointer("/provenance/manifest/model_pin_path").and_then(Value::as_str);
+    if recorded_path != Some(ws.display_path(&pin_path).as_str()) {
+        f.wrong(
+            "pin",
+            "provenance.manifest.model_pin_path",
+            format!("{recorded_path:?}, but the manifest's model is pinned in {}", ws.display_path(&pin_path)),
+        );
+    }
     let recorded = body.pointer("/provenance/manifest/model_pin_sha256").and_then(Value::as_str).unwrap_or_default();
     if let Ok(now) = manifest_sha256(&pin_path) {
         if now != recorded {

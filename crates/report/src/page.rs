@@ -18,6 +18,11 @@ pub fn section(a: &Artifact, out: &Path) -> Result<String, ReportError> {
     let dir = out.join(&a.name);
     std::fs::create_dir_all(&dir).map_err(|cause| ReportError::Io { path: dir.display().to_string(), cause })?;
     let mut section = section;
+    if let Some(warning) = &a.warning {
+        // Under the section's heading, before any number.
+        let at = section.markdown.find('\n').map_or(section.markdown.len(), |i| i + 1);
+        section.markdown.insert_str(at, &format!("\n> **{warning}**\n"));
+    }
     claims_section(a, &mut section);
     for (stem, chart) in &section.charts {
         let stem = dir.join(stem);
@@ -129,6 +134,11 @@ pub fn compare(artifacts: &[Artifact]) -> Result<String, ReportError> {
     let mut md = String::new();
     let named: Vec<String> = artifacts.iter().zip(&letters).map(|(x, l)| format!("{l} = {}", x.name)).collect();
     let _ = writeln!(md, "## Comparison: {}\n", named.join(", "));
+    for (x, l) in artifacts.iter().zip(&letters) {
+        if let Some(warning) = &x.warning {
+            let _ = writeln!(md, "> **{l}: {warning}**\n");
+        }
+    }
     let mut header = String::from("| what | A |");
     for l in &letters[1..] {
         let _ = write!(header, " {l} | {l} / A |");

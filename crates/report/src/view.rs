@@ -17,6 +17,9 @@ pub struct Artifact<'a> {
     pub value: Value,
     /// Its claims as judged: stored in ours, judged on the manifests' claims for a foreign one.
     pub claims: Vec<ClaimResult>,
+    /// What the audit found against it, when the page must say so above its numbers (an
+    /// artifact found wrong, or stale); set by whoever audited it.
+    pub warning: Option<String>,
 }
 
 /// Reads the artifact at `path` (ours or foreign) and finds its experiment among `experiments`;
@@ -39,5 +42,5 @@ pub fn load<'a>(ws: &Workspace, path: &Path, experiments: &[&'a dyn Experiment])
     })?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "artifact".into());
     let claims = common::experiment::claims_of(ws, kind, &value);
-    Ok(Artifact { name, kind, value, claims })
+    Ok(Artifact { name, kind, value, claims, warning: None })
 }

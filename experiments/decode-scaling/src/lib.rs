@@ -211,6 +211,14 @@ pub struct Artifact {
     pub provenance: Provenance,
 }
 
+/// What the numbers are and are not (every artifact's `notes`).
+pub const NOTES: &str =
+    "Wall-clock times on this machine, both loops in one process taking turns point by point. Ours decodes \
+                through Qwen2::greedy_batch over caches marked filled to the context (a step's work does not depend \
+                on the cached values) and prefills through Session steps; the stock loop is candle-transformers' \
+                qwen2::ModelForCausalLM in F32 with its own concatenating KV cache, filled by real forwards, and \
+                takes the argmax of its logits.";
+
 fn decode_label(context: usize, batch: usize) -> String {
     format!("decode context {context} batch {batch}")
 }
@@ -281,6 +289,10 @@ pub fn summarize_points(
 fn check(a: &Artifact, f: &mut Findings) {
     if let Err(Invalid { field, problem }) = a.parameters.validate() {
         return f.wrong("invariants", field, problem);
+    }
+    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
+    if a.notes != NOTES {
+        f.wrong("invariants", "notes", "are not what the code records");
     }
     let p = &a.parameters;
     let engines: &[Engine] = if p.stock { &[Engine::Ours, Engine::StockCandle] } else { &[Engine::Ours] };
@@ -386,6 +398,12 @@ impl Experiment for DecodeScaling {
 
     fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
         common::experiment::settings::<Args>(argv, manifest_parameters)
+    }
+
+    fn rederive(&self, artifact: &mut Value) {
+        common::experiment::rederive_as(artifact, |a: &mut Artifact| {
+            (a.summary, a.ratios) = summarize_points(&a.parameters, &a.decode, &a.prefill);
+        })
     }
 
     fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {

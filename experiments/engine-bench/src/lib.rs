@@ -13,8 +13,10 @@ use clap::Parser;
 use common::chart::{Chart, CompareRow, Grouped, Section};
 use common::experiment::{read_as, AnyManifest, CommandLine, Experiment, ExperimentError, ModelArgs, Settings};
 use common::finding::Findings;
+use common::gguf::WeightType;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
+use common::qwen::WeightDtype;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -211,10 +213,105 @@ pub struct Artifact {
     pub provenance: Provenance,
 }
 
+/// Which of our weight dtypes run against each of llama.cpp's weight types (its F32 against our
+/// F32; its F16 against our BF16 and F16).
+pub const AGAINST_LLAMA: [(WeightType, &[WeightDtype]); 2] =
+    [(WeightType::F32, &[WeightDtype::F32]), (WeightType::F16, &[WeightDtype::Bf16, WeightDtype::F16])];
+
+/// A llama.cpp pair's name, as its comparisons and agreement are named: `llama.cpp f16 vs ours bf16`.
+pub fn llama_pair(weights: WeightType, ours: WeightDtype) -> String {
+    format!("llama.cpp {weights:?} vs ours {}", ours.name()).to_lowercase()
+}
+
+/// The comparisons every run makes, whatever ran beside it, and their pairs' counts.
+const ALWAYS: [(&str, Pairs); 3] = [
+    ("decode vs stock candle", Pairs::Rounds),
+    ("decode step, long vs short context", Pairs::Steps),
+    ("batched decode step", Pairs::Steps),
+];
+
+/// What a comparison's pairs are counted in.
+#[derive(Clone, Copy)]
+enum Pairs {
+    Rounds,
+    Steps,
+}
+
+/// The run made the comparisons it always makes, and llama.cpp's (decode and prefill, for each of
+/// our dtypes against each of its weights) exactly when llama.cpp ran, one agreement each; each
+/// comparison's pairs are as many as its parameter says, and a batched comparison's sessions are
+/// the parameters' batch; the scheduler's overhead is of the seed's runs and continuous batching.
+fn check_plan(a: &Artifact, f: &mut Findings) {
+    let p = &a.parameters;
+    let llama: Vec<String> = a
+        .llama_cpp
+        .iter()
+        .flat_map(|l| &l.gguf)
+        .flat_map(|g| {
+            let side = AGAINST_LLAMA.iter().find(|(w, _)| format!("{w:?}").eq_ignore_ascii_case(&g.weights));
+            match side {
+                Some((w, ours)) => ours.iter().map(|d| llama_pair(*w, *d)).collect(),
+                None => vec![format!("llama.cpp {}", g.weights)],
+            }
+        })
+        .collect();
+    let mut planned: Vec<(String, Pairs)> = ALWAYS.iter().map(|(n, k)| (n.to_string(), *k)).collect();
+    for pair in &llama {
+        planned.push((format!("{pair}: decode"), Pairs::Rounds));
+        planned.push((format!("{pair}: prefill"), Pairs::Rounds));
+    }
+    let mut names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    let mut wanted: Vec<&str> = planned.iter().map(|(n, _)| n.as_str()).collect();
+    wanted.sort_unstable();
+    if names != wanted {
+        return f.wrong("invariants", "comparisons", format!("{names:?}, but the run's plan makes {wanted:?}"));
+    }
+    for (i, c) in a.comparisons.iter().enumerate() {
+        let kind = planned.iter().find(|(n, _)| *n == c.name).map(|(_, k)| *k);
+        let pairs = match kind {
+            Some(Pairs::Rounds) => p.rounds,
+            _ => p.steps,
+        };
+        if c.a.len() != pairs {
+            f.wrong(
+                "invariants",
+                format!("comparisons[{i}].a"),
+                format!("{} pairs, the parameters make {pairs}", c.a.len()),
+            );
+        }
+        if let Rule::Aggregate { sessions } = c.rule {
+            if sessions != p.batch {
+                f.wrong(
+                    "invariants",
+                    format!("comparisons[{i}].rule"),
+                    format!("{sessions} sessions, the parameters' batch is {}", p.batch),
+                );
+            }
+        }
+    }
+    let mut agreed: Vec<&str> = a.agreement.iter().map(|g| g.what.as_str()).collect();
+    agreed.sort_unstable();
+    let mut pairs: Vec<&str> = llama.iter().map(String::as_str).collect();
+    pairs.sort_unstable();
+    if agreed != pairs {
+        f.wrong("invariants", "agreement", format!("{agreed:?}, one per llama.cpp pair {pairs:?}"));
+    }
+    if let Some(i) = a.agreement.iter().position(|g| g.agree > g.of || g.of > p.decode_tokens + 1) {
+        f.wrong("invariants", format!("agreement[{i}]"), "more agreeing ids than ids, or than a round generates");
+    }
+    let runs: Vec<&str> = a.overhead.iter().map(|o| o.run.as_str()).collect();
+    if runs != ["fifo", "interleave", "interleave chunk 64", "batched chunk 64"] {
+        f.wrong("invariants", "overhead", format!("{runs:?}: the seed's runs and continuous batching, once each"));
+    }
+}
+
 fn check(a: &Artifact, f: &mut Findings) {
     if let Err(Invalid { field, problem }) = a.parameters.validate() {
         return f.wrong("invariants", field, problem);
     }
+    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
+    check_plan(a, f);
     for (i, c) in a.comparisons.iter().enumerate() {
         let at = |k: &str| format!("comparisons[{i}].{k}");
         if c.a.len() != c.b.len() || c.a.is_empty() {
@@ -278,6 +375,18 @@ impl Experiment for EngineBench {
 
     fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
         common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
+    }
+
+    fn rederive(&self, artifact: &mut Value) {
+        common::experiment::rederive_as(artifact, |a: &mut Artifact| {
+            for c in &mut a.comparisons {
+                let (a_side, b_side) = (std::mem::take(&mut c.a), std::mem::take(&mut c.b));
+                *c = Comparison::new(&c.name, &c.meaning, &c.unit, &c.a_label, a_side, &c.b_label, b_side, c.rule);
+            }
+            for o in &mut a.overhead {
+                o.share_percent = 100.0 * o.overhead_ms / o.forward_ms;
+            }
+        })
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {

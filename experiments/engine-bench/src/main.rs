@@ -67,9 +67,7 @@ fn run(args: Args) -> Result<()> {
 
     // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16.
     let mut llama_record: Option<LlamaCpp> = None;
-    let sides =
-        [(WeightType::F32, vec![WeightDtype::F32]), (WeightType::F16, vec![WeightDtype::Bf16, WeightDtype::F16])];
-    for (weights, ours_dtypes) in sides {
+    for (weights, ours_dtypes) in engine_bench::AGAINST_LLAMA {
         let worker = match Worker::start(ws, &dir, &prompt, weights, p.decode_tokens) {
             Ok(w) => w,
             Err(why) => {
@@ -80,7 +78,7 @@ fn run(args: Args) -> Result<()> {
         let mut worker = worker;
         let record = llama_record.get_or_insert_with(|| LlamaCpp { version: worker.version.clone(), gguf: Vec::new() });
         record.gguf.push(worker.gguf.clone());
-        for dtype in ours_dtypes {
+        for &dtype in ours_dtypes {
             tracing::info!("llama.cpp {weights:?} weights against ours in {}, {} rounds", dtype.name(), p.rounds);
             let held = if dtype == WeightDtype::F32 { None } else { Some(LoadedModel::load_as(&dir, dtype)?) };
             let ours_model = held.as_ref().unwrap_or(model);
@@ -89,7 +87,7 @@ fn run(args: Args) -> Result<()> {
                 o.push(ours(ours_model, &prompt, p.decode_tokens)?);
                 t.push(worker.round(p.decode_tokens).context("a llama.cpp round failed")?);
             }
-            let name = format!("llama.cpp {weights:?} vs ours {}", dtype.name()).to_lowercase();
+            let name = engine_bench::llama_pair(weights, dtype);
             let of = |rounds: &[Round], f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
             comparisons.push(Comparison::new(
                 &format!("{name}: decode"),

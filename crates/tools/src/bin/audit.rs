@@ -77,6 +77,14 @@ fn run(cli: Cli) -> Result<i32> {
             }
         }
     }
+    if reports.is_empty() {
+        let where_ = if cli.paths.is_empty() {
+            ws.display_path(&ws.artifacts_dir())
+        } else {
+            cli.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        };
+        bail!("nothing audited: no artifact (*.json) under {where_}; run `just reproduce`, or name artifact files");
+    }
     let missing = if audit_ours && cli.paths.is_empty() { unreproduced(&ws, &reports) } else { Vec::new() };
 
     if cli.json {

@@ -52,6 +52,23 @@ fn newest_per_manifest(dir: &Path, reports: &Path) -> Vec<PathBuf> {
     newest.into_values().collect()
 }
 
+/// What the page must say above an artifact's numbers: that the audit finds it wrong (its numbers
+/// are not to be trusted), or stale (made by other code than today's), with the first reason.
+fn audit_warning(audit: &audit::Audit, ws: &Workspace, path: &Path, value: &serde_json::Value) -> Option<String> {
+    let report = match value.get("provenance") {
+        Some(_) => audit.audit_artifact(path),
+        None => audit.audit_external(path, ws.display_path(path)),
+    };
+    match report.verdict {
+        audit::Verdict::Ok => None,
+        audit::Verdict::Stale => Some(format!("Stale: {}. Re-run it to report today's code.", report.first_reason())),
+        audit::Verdict::Wrong => Some(format!(
+            "The audit finds this artifact WRONG: {}. Its numbers are drawn as recorded; do not trust them.",
+            report.first_reason()
+        )),
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     let ws = Workspace::discover()?;
     let out = cli.out.unwrap_or_else(|| ws.artifacts_dir().join("reports"));
@@ -66,13 +83,19 @@ fn run(cli: Cli) -> Result<()> {
     report::init_font()?;
     std::fs::create_dir_all(&out)?;
     let mut md = String::from("# Report\n\nRendered from artifacts alone by `just report`.\n\n");
+    let audit = audit::Audit::new(&ws, EXPERIMENTS);
     for path in &inputs {
-        let artifact = report::load(&ws, path, EXPERIMENTS)?;
+        let mut artifact = report::load(&ws, path, EXPERIMENTS)?;
+        artifact.warning = audit_warning(&audit, &ws, path, &artifact.value);
         md.push_str(&report::section(&artifact, &out)?);
         println!("rendered {}", ws.display_path(path));
     }
     if !cli.compare.is_empty() {
-        let artifacts = cli.compare.iter().map(|p| report::load(&ws, p, EXPERIMENTS)).collect::<Result<Vec<_>, _>>()?;
+        let mut artifacts =
+            cli.compare.iter().map(|p| report::load(&ws, p, EXPERIMENTS)).collect::<Result<Vec<_>, _>>()?;
+        for (artifact, path) in artifacts.iter_mut().zip(&cli.compare) {
+            artifact.warning = audit_warning(&audit, &ws, path, &artifact.value);
+        }
         md.push_str(&report::compare(&artifacts)?);
     }
     let page_path = out.join("report.md");
