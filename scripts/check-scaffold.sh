@@ -11,6 +11,13 @@ cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
 cd "$tmp"
 git init -q && git add -A && git -c user.name=check -c user.email=check@localhost commit -qm before
+# Names that cannot become a crate, a binary and a module are refused before anything is written.
+for bad in clap tempfile build async std experiment; do
+  if "$root/target/debug/new-experiment" "$bad" 2>/dev/null; then
+    echo "check-scaffold: \`new-experiment $bad\` should be refused" >&2; exit 1
+  fi
+done
+[ -z "$(git status --porcelain)" ] || { git status --porcelain >&2; echo "check-scaffold: a refused name wrote files" >&2; exit 1; }
 "$root/target/debug/new-experiment" demo
 if "$root/target/debug/new-experiment" demo 2>/dev/null; then
   echo "check-scaffold: scaffolding an existing name should fail" >&2; exit 1

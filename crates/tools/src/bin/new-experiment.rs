@@ -36,20 +36,117 @@ fn main() {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
-    let name = cli.name.as_str();
+/// Rust's keywords, strict and reserved, in every edition: none can name a module (the crate's
+/// identifier is its name with `_` for `-`).
+const KEYWORDS: [&str; 53] = [
+    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for", "if", "impl", "in",
+    "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self", "static", "struct", "super", "trait",
+    "true", "type", "unsafe", "use", "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do",
+    "final", "macro", "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen", "union", "raw",
+];
+
+/// Crates every Rust program can name: a crate of this name would shadow them.
+const BUILTIN_CRATES: [&str; 5] = ["std", "core", "alloc", "proc_macro", "test"];
+
+/// Binary names cargo forbids (they are folders of its target directory), and names Windows
+/// reserves for devices.
+const FORBIDDEN_BINARIES: [&str; 26] = [
+    "build",
+    "deps",
+    "examples",
+    "incremental",
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    "com1",
+    "com2",
+    "com3",
+    "com4",
+    "com5",
+    "com6",
+    "com7",
+    "com8",
+    "com9",
+    "lpt1",
+    "lpt2",
+    "lpt3",
+    "lpt4",
+    "lpt5",
+    "lpt6",
+    "lpt7",
+    "lpt8",
+    "lpt9",
+];
+
+/// Names the prelude gives every module: the generated type must not shadow them.
+const PRELUDE: [&str; 24] = [
+    "Box", "String", "Vec", "Option", "Some", "None", "Result", "Ok", "Err", "Clone", "Copy", "Default", "Drop", "Eq",
+    "Fn", "FnMut", "FnOnce", "From", "Into", "Iterator", "Ord", "Send", "Sized", "Sync",
+];
+
+/// Why `name` cannot become an experiment's crate, binary, module and type, checked before
+/// anything is written: `None` when it can. `packages` are the names in `Cargo.lock` (every
+/// dependency, whose name a crate would clash with in the tools' manifest), `templates` the text
+/// of what the scaffold writes (whose identifiers the generated type must not shadow).
+fn refusal(name: &str, packages: &[String], templates: &[&str]) -> Option<String> {
     let valid = name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-')
         && !name.contains("--");
     if !valid {
-        bail!(
-            "NAME `{name}`: use lower-case letters, digits and dashes, starting with a letter (e.g. `prefill-sweep`)"
-        );
+        return Some("use lower-case letters, digits and dashes, starting with a letter (e.g. `prefill-sweep`)".into());
     }
+    let ident = name.replace('-', "_");
+    if KEYWORDS.contains(&ident.as_str()) {
+        return Some(format!("`{ident}` is a Rust keyword and cannot name a module"));
+    }
+    if BUILTIN_CRATES.contains(&ident.as_str()) {
+        return Some(format!("`{ident}` would shadow Rust's own `{ident}` crate"));
+    }
+    if FORBIDDEN_BINARIES.contains(&name) {
+        return Some(format!("cargo forbids `{name}` as a binary name"));
+    }
+    if TAKEN.contains(&name) {
+        return Some("the workspace tools have a binary of that name".into());
+    }
+    if packages.iter().any(|p| p.replace('-', "_") == ident) {
+        return Some(format!(
+            "a package named `{name}` is already in Cargo.lock (a dependency or a crate of this workspace)"
+        ));
+    }
+    let type_name = type_name(name);
+    let words = |t: &&str| t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == type_name);
+    if PRELUDE.contains(&type_name.as_str()) || templates.iter().any(|t| words(t)) {
+        return Some(format!("its type `{type_name}` would clash with a name the generated code uses"));
+    }
+    None
+}
+
+/// The experiment's type: its name in upper camel case (`prefill-sweep` -> `PrefillSweep`).
+fn type_name(name: &str) -> String {
+    name.split('-').filter(|p| !p.is_empty()).map(|part| part[..1].to_ascii_uppercase() + &part[1..]).collect()
+}
+
+/// The package names `Cargo.lock` lists.
+fn locked_packages(lock: &str) -> Vec<String> {
+    lock.lines()
+        .filter_map(|l| l.strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .map(str::to_string)
+        .collect()
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let name = cli.name.as_str();
     let ws = Workspace::discover()?;
+    let lock = std::fs::read_to_string(ws.root.join("Cargo.lock")).context("reading Cargo.lock")?;
+    let templates: Vec<&str> = FILES.iter().map(|(_, t)| *t).collect();
+    if let Some(why) = refusal(name, &locked_packages(&lock), &templates) {
+        bail!("NAME `{name}`: {why}; pick another");
+    }
     let crate_taken = ["crates", "experiments"].iter().any(|dir| ws.root.join(dir).join(name).exists());
-    if TAKEN.contains(&name) || crate_taken {
+    if crate_taken {
         bail!("NAME `{name}` is already a crate or binary of this workspace; pick another");
     }
     for (path, _) in FILES {
@@ -60,7 +157,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     // Both registrations are checked before anything is written, so a failure leaves no half.
     let ident = name.replace('-', "_");
-    let type_name: String = name.split('-').map(|part| part[..1].to_ascii_uppercase() + &part[1..]).collect();
+    let type_name = type_name(name);
     let registry_path = ws.root.join(REGISTRY);
     let registry = std::fs::read_to_string(&registry_path).with_context(|| format!("reading {REGISTRY}"))?;
     let registry = register(&registry, "\n];", &format!("    &{ident}::{type_name},\n"))
@@ -96,4 +193,60 @@ fn register(text: &str, before: &str, line: &str) -> Option<String> {
     // `before` starts with a newline: insert after it, at the start of the next line.
     let at = text.rfind(before)? + 1;
     Some(format!("{}{line}{}", &text[..at], &text[at..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_cannot_become_a_crate_a_binary_a_module_and_a_type_are_refused() {
+        let packages: Vec<String> = ["clap", "anyhow", "tempfile", "serde_json", "serving-bench", "common"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let templates: Vec<&str> = FILES.iter().map(|(_, t)| *t).collect();
+        let refused = |n: &str| refusal(n, &packages, &templates);
+        for name in [
+            "clap",
+            "anyhow",
+            "tempfile",
+            "serde-json",
+            "serving-bench",
+            "common",
+            "build",
+            "deps",
+            "examples",
+            "incremental",
+            "async",
+            "fn",
+            "self",
+            "std",
+            "core",
+            "type",
+            "try",
+            "gen",
+            "audit",
+            "report",
+            "experiment",
+            "artifact",
+            "parameters",
+            "vec",
+            "option",
+            "Bad",
+            "9lives",
+            "a--b",
+            "b-",
+            "",
+        ] {
+            assert!(refused(name).is_some(), "`{name}` was accepted");
+        }
+        for name in ["prefill-sweep", "kv-budget", "demo", "a1", "x-2-y", "builder", "types"] {
+            assert_eq!(refused(name), None, "`{name}` was refused");
+        }
+        assert!(refused("async").unwrap().contains("keyword"));
+        assert!(refused("clap").unwrap().contains("Cargo.lock"));
+        assert!(refused("build").unwrap().contains("cargo forbids"));
+        assert_eq!(locked_packages("[[package]]\nname = \"clap\"\nversion = \"4\"\n"), vec!["clap".to_string()]);
+    }
 }
