@@ -53,6 +53,32 @@ fn one_forward_over_sessions_at_different_positions_gives_each_its_serial_logits
 }
 
 #[test]
+fn a_prompt_prefilled_whole_in_chunks_or_token_by_token_gives_the_same_logits() {
+    let model = LoadedModel::load(&support::tiny_dir()).unwrap();
+    let qwen = &model.model;
+    // A prompt of over two key tiles, so that chunks start and end inside tiles.
+    let prompt: Vec<u32> = prompts(&model).concat().repeat(4);
+    assert!(prompt.len() > 2 * common::kernel::TILE, "{} tokens", prompt.len());
+    let logits = |chunk: usize| -> Vec<Vec<f32>> {
+        let mut cache = qwen.new_cache(prompt.len() + 2).unwrap();
+        let mut last = Vec::new();
+        for piece in prompt.chunks(chunk) {
+            last = qwen.forward(&mut cache, piece).unwrap().to_vec1::<f32>().unwrap();
+        }
+        // And the first decode step after it.
+        let next = qwen.forward(&mut cache, &[7]).unwrap().to_vec1::<f32>().unwrap();
+        vec![last, next]
+    };
+    let whole = logits(prompt.len());
+    for chunk in [1, 5, 64, 100] {
+        let got = logits(chunk);
+        for (a, b) in whole.iter().zip(&got) {
+            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "chunks of {chunk}: logits differ");
+        }
+    }
+}
+
+#[test]
 fn greedy_ids_through_the_screen_are_the_first_largest_of_each_sessions_own_logits() {
     for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
         let model = LoadedModel::load_as(&support::tiny_dir(), dtype).unwrap();

@@ -61,12 +61,14 @@ fn screen(c: &mut Criterion) {
 
 fn attention(c: &mut Criterion) {
     let (heads, kv_heads, d, capacity) = (14, 2, 64, 1024usize.next_multiple_of(TILE));
-    let q = data(heads * d, 5);
+    let q = data(capacity * heads * d, 5);
     let (k, v) = (data(kv_heads * capacity * d, 6), data(kv_heads * capacity * d, 7));
     let mut group = c.benchmark_group("attend_each");
-    for len in [128, capacity] {
-        let item = Attending { q: &q, k: &k, v: &v, shape: AttentionShape { heads, kv_heads, capacity, len, d } };
-        group.bench_function(BenchmarkId::new("positions", len), |b| {
+    // One decoding row at two contexts, and a whole 1024-position prefill in one chunk.
+    for (len, rows) in [(128, 1), (capacity, 1), (capacity, capacity)] {
+        let shape = AttentionShape { heads, kv_heads, capacity, len, rows, d };
+        let item = Attending { q: &q[..rows * heads * d], k: &k, v: &v, shape };
+        group.bench_function(BenchmarkId::new(format!("rows-{rows}"), len), |b| {
             b.iter(|| attend_each(black_box(std::slice::from_ref(&item)), 0.125))
         });
     }

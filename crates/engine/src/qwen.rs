@@ -9,9 +9,11 @@
 //! reference and a session owns only its [`Cache`].
 //!
 //! Numerics: every projection, of one row or a prefill chunk's hundreds, goes through our own
-//! kernel, whose every output depends only on its own row, so a session's logits are
-//! bit-identical whether it steps alone or batched with others. Norms, rotary embedding and a
-//! prefill chunk's attention are candle's, per row. Greedy ids equal those of
+//! kernel, whose every output depends only on its own row, and so does attention (one kernel for
+//! decoding rows and prefill chunks, each row's softmax taken online over its own positions), so
+//! a session's logits are bit-identical whether it steps alone or batched with others, and
+//! whether its prompt was prefilled whole, in chunks or token by token. Norms and rotary
+//! embedding are candle's, per row. Greedy ids equal those of
 //! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::greedy_batch`], what
 //! the engine runs) reads the head through its screen ([`crate::greedy`]): the same ids, for a
 //! quarter of the head's bytes in F32.
@@ -408,8 +410,6 @@ impl Qwen2 {
             self.embed.index_select(&Tensor::new(all_ids.as_slice(), &self.device)?, 0)?.to_dtype(DType::F32)?;
         let positions = Tensor::new(positions.as_slice(), &self.device)?;
         let (cos, sin) = (self.cos.index_select(&positions, 0)?, self.sin.index_select(&positions, 0)?);
-        let masks: Vec<Option<Tensor>> =
-            items.iter().map(|(c, ids)| self.causal_mask(c.len, ids.len())).collect::<Result<_>>()?;
         let (q_width, kv_width) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
@@ -427,7 +427,7 @@ impl Qwen2 {
                 self.store(cache, l, &part(&k)?, &part(&v)?)?;
                 first += n;
             }
-            let attn = self.attention(items, l, &q, &masks)?;
+            let attn = self.attention(items, l, &q)?;
             x = (x + layer.o.forward(&attn)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
             let gate_up = layer.gate_up.outputs(&h)?;
@@ -445,18 +445,6 @@ impl Qwen2 {
         candle_nn::ops::rms_norm(&Tensor::cat(&last, 0)?, &self.norm, self.eps)
     }
 
-    /// The causal mask of `n` new rows at `pos`: row i sees positions 0..=pos+i. None for a
-    /// single row, which sees everything in the cache.
-    fn causal_mask(&self, pos: usize, n: usize) -> Result<Option<Tensor>> {
-        if n == 1 {
-            return Ok(None);
-        }
-        let total = pos + n;
-        let m: Vec<f32> =
-            (0..n).flat_map(|i| (0..total).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
-        Tensor::from_vec(m, (n, total), &self.device).map(Some)
-    }
-
     /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated, contiguous) into
     /// its cache in layer `l`, at its position.
     fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
@@ -467,44 +455,30 @@ impl Qwen2 {
 
     /// Attention in layer `l` of every item's new rows over its cache (their keys and values
     /// already stored): `q` is every row's queries, `1 × heads × rows × d`, rotated; returns
-    /// `rows × hidden`. Items that decode one position go through our kernel together, in one
-    /// pass over all their heads; each prefill chunk goes through candle.
-    fn attention(
-        &self,
-        items: &[(&mut Cache, &[u32])],
-        l: usize,
-        q: &Tensor,
-        masks: &[Option<Tensor>],
-    ) -> Result<Tensor> {
+    /// `rows × hidden`. Decoding rows and prefill chunks alike go through our kernel, all items
+    /// in one parallel region ([`kernel::attend_each`]: a row's bits depend only on its own
+    /// query, position and cache).
+    fn attention(&self, items: &[(&mut Cache, &[u32])], l: usize, q: &Tensor) -> Result<Tensor> {
         let (rows, d, hidden) = (q.dim(2)?, self.head_dim, self.hidden);
-        let mut out = vec![0f32; rows * hidden];
-        // (row, cache) of each item that decodes one position.
-        let mut decoding = Vec::new();
+        let all_q = q.flatten_all()?.to_vec1::<f32>()?;
+        // Each item's queries, `n × heads × d`.
+        let mut queries = Vec::with_capacity(items.len());
         let mut first = 0;
-        for ((cache, ids), mask) in items.iter().zip(masks) {
+        for (_, ids) in items {
             let n = ids.len();
-            if n == 1 {
-                decoding.push((first, &**cache));
-            } else {
-                let chunk = self.attend_chunk(cache, l, &q.narrow(2, first, n)?.contiguous()?, mask.as_ref())?;
-                out[first * hidden..(first + n) * hidden].copy_from_slice(&chunk.flatten_all()?.to_vec1::<f32>()?);
+            let mut item = Vec::with_capacity(n * hidden);
+            for r in first..first + n {
+                for h in 0..self.heads {
+                    item.extend_from_slice(&all_q[(h * rows + r) * d..][..d]);
+                }
             }
+            queries.push(item);
             first += n;
         }
-        if decoding.is_empty() {
-            return Tensor::from_vec(out, (rows, hidden), &self.device);
-        }
-        let all_q = q.flatten_all()?.to_vec1::<f32>()?;
-        let queries: Vec<Vec<f32>> = decoding
-            .iter()
-            .map(|(row, _)| (0..self.heads).flat_map(|h| &all_q[(h * rows + row) * d..][..d]).copied().collect())
-            .collect();
-        let storages: Vec<_> = decoding
-            .iter()
-            .map(|(_, cache)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout()))
-            .collect();
-        let mut attending = Vec::with_capacity(decoding.len());
-        for (((_, cache), q), ((k, k_layout), (v, v_layout))) in decoding.iter().zip(&queries).zip(&storages) {
+        let storages: Vec<_> =
+            items.iter().map(|(cache, _)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout())).collect();
+        let mut attending = Vec::with_capacity(items.len());
+        for (((cache, ids), q), ((k, k_layout), (v, v_layout))) in items.iter().zip(&queries).zip(&storages) {
             let (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) = (&**k, &**v) else {
                 candle_core::bail!("the KV cache must be F32 on the CPU")
             };
@@ -514,51 +488,14 @@ impl Qwen2 {
                 heads: self.heads,
                 kv_heads: self.kv_heads,
                 capacity: cache.stored(),
-                len: cache.len + 1,
+                len: cache.len + ids.len(),
+                rows: ids.len(),
                 d,
             };
             attending.push(kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape });
         }
         let attended = kernel::attend_each(&attending, 1.0 / (d as f32).sqrt());
-        for ((row, _), values) in decoding.iter().zip(attended.chunks_exact(hidden)) {
-            out[row * hidden..(row + 1) * hidden].copy_from_slice(values);
-        }
-        Tensor::from_vec(out, (rows, hidden), &self.device)
-    }
-
-    /// Attention of one item's chunk of `n > 1` new rows in layer `l` (`q` is `1 × heads × n ×
-    /// d`, its keys and values already stored), returns `n × hidden`.
-    fn attend_chunk(&self, cache: &Cache, l: usize, q: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let n = q.dim(2)?;
-        let total = cache.len + n;
-        let groups = self.heads / self.kv_heads;
-        // The transpose the scores multiply by, `(1, kv_heads, d, total)`: the filled tiles with
-        // their rows laid end to end (a copy of the filled cache, small next to the chunk's work).
-        let tiles = total.div_ceil(kernel::TILE);
-        let keys_t = cache.k[l].narrow(2, 0, tiles)?.transpose(2, 3)?.contiguous()?.reshape((
-            1,
-            self.kv_heads,
-            self.head_dim,
-            tiles * kernel::TILE,
-        ))?;
-        let keys_t = keys_t.narrow(3, 0, total)?;
-        let values = cache.v[l].narrow(2, 0, total)?;
-        // Grouped-query attention without copying K/V: the `groups` query heads that share a KV
-        // head are stacked as rows of one matrix against that head's keys.
-        let q = q.reshape((1, self.kv_heads, groups * n, self.head_dim))?;
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&keys_t)? * scale)?;
-        if let Some(mask) = mask {
-            scores = scores.reshape((1, self.kv_heads, groups, n, total))?.broadcast_add(mask)?.reshape((
-                1,
-                self.kv_heads,
-                groups * n,
-                total,
-            ))?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let attn = probs.matmul(&values)?; // (1, kv_heads, groups * n, head_dim)
-        attn.reshape((1, self.heads, n, self.head_dim))?.transpose(1, 2)?.reshape((n, self.hidden))
+        Tensor::from_vec(attended, (rows, hidden), &self.device)
     }
 }
 

@@ -1,16 +1,19 @@
-//! Attention of each decoding session's new position over its cache, all sessions' KV heads in
-//! one parallel region; keys stored in tiles; scores, softmax and weighted sums in vector code
-//! with the same bits in every build.
+//! Attention of sessions' new positions over their caches, decoding (one position each) and
+//! prefilling (a chunk of positions) alike, in one kernel: every KV head's tiles of keys and
+//! values are read once for a block of query rows, and each row's softmax is taken online, tile
+//! by tile, so memory is bounded by the block and the tile whatever the context; the scores,
+//! softmax and weighted sums run in vector code with the same bits in every build.
 
 use super::dispatch::compiled_for_vectors;
-use super::{scratch, CACHE_LINE};
+use super::CACHE_LINE;
 use rayon::prelude::*;
 
-/// One new position of a session to attend over its cache ([`attend_each`]): `q` is `heads × d`;
-/// `k` is one layer's keys in tiles of [`TILE`] positions, `kv_heads × (capacity / TILE) × d ×
-/// TILE` (per KV head and tile, one row per dimension, the tile's positions along it; see
-/// [`store_keys`]); `v` its values, `kv_heads × capacity × d`; both filled up to `shape.len`
-/// positions (the new one included). `capacity` is a whole number of tiles.
+/// New positions of one session to attend over its cache ([`attend_each`]): the last
+/// `shape.rows` of the `shape.len` filled positions (their keys and values already stored). `q`
+/// is their queries, `rows × heads × d`; `k` is one layer's keys in tiles of [`TILE`] positions,
+/// `kv_heads × (capacity / TILE) × d × TILE` (per KV head and tile, one row per dimension, the
+/// tile's positions along it; see [`store_keys`]); `v` its values, `kv_heads × capacity × d`.
+/// `capacity` is a whole number of tiles.
 pub struct Attending<'a> {
     pub q: &'a [f32],
     pub k: &'a [f32],
@@ -18,48 +21,264 @@ pub struct Attending<'a> {
     pub shape: AttentionShape,
 }
 
-/// Attention of each item's new position over its cache, for every query head; returns each
-/// item's `heads × d` outputs, one item after another. Every item's KV heads are one parallel
-/// region's tasks: one region per layer for a batch of decoding sessions, not one per session.
-/// An item's outputs do not depend on the others.
+/// Query rows a task takes at once: their keys and values are read once for all of them.
+const BLOCK_ROWS: usize = 16;
+
+/// Attention of each item's new positions over its cache, causal (position `p` sees positions
+/// `0..=p`), for every query head; returns each item's `rows × heads × d` outputs, one item after
+/// another. One parallel region for all: a task is one item's KV head for a block of its rows.
 ///
-/// Why not candle's matmul and softmax: for a single query row they cost several times the
-/// bytes they read, so a decode step grew ~30% slower from context 64 to 4096. Here each KV
-/// head's keys and values are read once for the query heads that share it, in tiles that stay
-/// in L1 across those heads. Keys are stored dimension by dimension so that a query's scores are
-/// vector operations over positions (`scores`), like the weighted sums of the values over
-/// dimensions (`weighted_sums`); with the keys as rows, every score was a dot product of 64
-/// values ending in its own horizontal sum, which cost more than the multiplies. In tiles rather
-/// than as whole rows of `capacity` positions, a tile's keys are one contiguous 16 KB stream:
-/// rows of a whole capacity made a tile sixty-four streams a row apart, which measured 14%
-/// slower at context 4096, and 30% slower at capacities that are multiples of 1024 (every row
-/// then falls in the same L1 sets). The softmax runs in vector registers too (`softmax`).
+/// Every output row is computed the same way wherever it is: its key tiles in position order,
+/// each tile's scores (fused multiply-adds in dimension order, then scaled), the running maximum
+/// and sum of the online softmax updated with the tile's exponentials (sixteen lanes, then one
+/// fixed sum), the row's running output rescaled and added the tile's values weighted by them
+/// (fused multiply-adds in position order), and at the end divided by the sum. So a row's bits
+/// depend only on its query, its position and the cache, never on the other rows of its chunk,
+/// the chunk's size, the other sessions or the vector width: a session prefilled whole, in
+/// chunks or token by token, alone or batched, computes the same attention.
+///
+/// Why not candle's matmul and softmax: for a prefill chunk they materialise every row's scores
+/// over the whole context (heads × rows × context values: gigabytes at 8k positions) and a mask
+/// as large, and for a single decoding row they cost several times the bytes they read. Keys are
+/// stored dimension by dimension in tiles so that scores are vector operations along positions,
+/// like the weighted sums of the values along dimensions; a tile's keys are one contiguous 16 KB
+/// stream that stays in L1 for all the query heads of a block.
 pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
     let Some(first) = items.first() else { return Vec::new() };
     let AttentionShape { heads, kv_heads, d, .. } = first.shape;
     let groups = heads / kv_heads;
+    let mut offsets = Vec::with_capacity(items.len());
+    let mut total = 0;
     for Attending { q, k, v, shape } in items {
-        let AttentionShape { capacity, len, .. } = *shape;
+        let AttentionShape { capacity, len, rows, .. } = *shape;
         assert!((shape.heads, shape.kv_heads, shape.d) == (heads, kv_heads, d), "attend_each: one model's heads");
-        assert!(q.len() == heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len() && len <= capacity);
+        assert!(heads.is_multiple_of(kv_heads) && rows >= 1 && rows <= len && len <= capacity, "attend_each: shape");
+        assert!(q.len() == rows * heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len());
         assert!(capacity.is_multiple_of(TILE), "attend_each: a capacity of whole tiles");
+        offsets.push(total);
+        total += rows * heads * d;
     }
-    let mut out = vec![0f32; items.len() * heads * d];
-    out.par_chunks_mut(groups * d).enumerate().for_each(|(task, out)| {
-        let (item, h) = (&items[task / kv_heads], task % kv_heads);
-        let (Attending { q, k, v, .. }, AttentionShape { capacity, len, .. }) = (item, item.shape);
-        // The tiles that hold the first `len` positions.
-        let keys = &k[h * capacity * d..(h * capacity + len.next_multiple_of(TILE)) * d];
-        let values = &v[h * capacity * d..(h * capacity + len) * d];
-        let q = &q[h * groups * d..(h + 1) * groups * d];
-        scratch(len * groups, |probs| {
-            // probs[g][j]: query head g's score at position j, then its softmax over the positions.
-            scores(q, keys, d, scale, probs);
-            probs.chunks_exact_mut(len).for_each(softmax);
-            weighted_sums(probs, values, d, out);
-        });
+    // (item, KV head, first row of the block, its rows): one task each, its outputs staged
+    // contiguously in task order (for one row per item, that is already the result's order).
+    let tasks: Vec<(usize, usize, usize, usize)> = items
+        .iter()
+        .enumerate()
+        .flat_map(|(i, item)| {
+            let rows = item.shape.rows;
+            (0..kv_heads)
+                .flat_map(move |h| (0..rows).step_by(BLOCK_ROWS).map(move |r| (i, h, r, BLOCK_ROWS.min(rows - r))))
+        })
+        .collect();
+    let mut staged = vec![0f32; total];
+    let mut parts = Vec::with_capacity(tasks.len());
+    let mut rest = &mut staged[..];
+    for &(_, _, _, n) in &tasks {
+        let (part, tail) = rest.split_at_mut(n * groups * d);
+        parts.push(part);
+        rest = tail;
+    }
+    parts.into_par_iter().zip(&tasks).for_each(|(out, &(i, h, r0, n))| {
+        let Attending { q, k, v, shape } = &items[i];
+        let AttentionShape { capacity, len, rows, .. } = *shape;
+        let first_position = len - rows + r0;
+        let keys = &k[h * capacity * d..(h * capacity + (first_position + n).next_multiple_of(TILE)) * d];
+        let values = &v[h * capacity * d..(h * capacity + first_position + n) * d];
+        // The block's queries of this KV head's group: each row's `groups × d`, a row of all the
+        // heads apart.
+        let q = &q[(r0 * heads + h * groups) * d..];
+        attend_block(q, heads * d, keys, values, d, n, first_position, scale, out);
     });
+    if items.iter().all(|item| item.shape.rows == 1) {
+        return staged;
+    }
+    let mut out = vec![0f32; total];
+    let mut at = 0;
+    for &(i, h, r0, n) in &tasks {
+        for r in r0..r0 + n {
+            out[offsets[i] + (r * heads + h * groups) * d..][..groups * d]
+                .copy_from_slice(&staged[at..at + groups * d]);
+            at += groups * d;
+        }
+    }
     out
+}
+
+compiled_for_vectors!(
+    /// One task of [`attend_each`]: `rows` query rows (each `groups × d` values of `q`, rows
+    /// `q_stride` apart; the first at `first_position`) over one KV head's `keys` (tiles) and
+    /// `values` up to the last row's position; `out` (zeroed, `rows × groups × d`) gets their
+    /// outputs.
+    fn attend_block(
+        q: &[f32],
+        q_stride: usize,
+        keys: &[f32],
+        values: &[f32],
+        d: usize,
+        rows: usize,
+        first_position: usize,
+        scale: f32,
+        out: &mut [f32]
+    ) => attend_block_with
+);
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // one block's whole description
+pub(super) fn attend_block_with(
+    q: &[f32],
+    q_stride: usize,
+    keys: &[f32],
+    values: &[f32],
+    d: usize,
+    rows: usize,
+    first_position: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let groups = out.len() / (rows * d);
+    // Each query vector's running maximum and sum.
+    let mut maxes = vec![f32::NEG_INFINITY; rows * groups];
+    let mut sums = vec![0f32; rows * groups];
+    let end = first_position + rows;
+    for start in (0..end).step_by(TILE) {
+        let tile = Tile {
+            keys: &keys[start * d..(start + TILE) * d],
+            values: &values[start * d..(start + TILE).min(end) * d],
+            d,
+            groups,
+            q_stride,
+            scale,
+        };
+        prefetch_tile(keys, start + TILE, d);
+        prefetch_tile(values, start + TILE, d);
+        if start + TILE <= first_position + 1 {
+            // Every row of the block sees the whole tile: all its vectors in one sweep.
+            tile.sweep(q, 0..rows * groups, TILE, &mut maxes, &mut sums, out);
+        } else {
+            // The causal edge: each row sees the tile up to its own position.
+            for r in start.saturating_sub(first_position)..rows {
+                let seen = TILE.min(first_position + r + 1 - start);
+                tile.sweep(q, r * groups..(r + 1) * groups, seen, &mut maxes, &mut sums, out);
+            }
+        }
+    }
+    for (o, sum) in out.chunks_exact_mut(d).zip(&sums) {
+        o.iter_mut().for_each(|x| *x /= sum);
+    }
+}
+
+/// One tile of one KV head's keys (in its dimension-major layout) and values, as a block's query
+/// vectors take it.
+struct Tile<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    d: usize,
+    /// Query vectors per row, and the distance between rows in `q`.
+    groups: usize,
+    q_stride: usize,
+    scale: f32,
+}
+
+impl Tile<'_> {
+    /// The tile's step for query vectors `vectors` (of `q`, `d` values each), each seeing its
+    /// first `seen` positions: four vectors at a time, then two, then one. Why four: each load of
+    /// a key or value row then feeds four vectors' multiply-adds, which keeps the loads from
+    /// bounding the multiplies. A vector's bits do not depend on its company.
+    #[inline(always)]
+    fn sweep(
+        &self,
+        q: &[f32],
+        vectors: std::ops::Range<usize>,
+        seen: usize,
+        maxes: &mut [f32],
+        sums: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let mut v = vectors.start;
+        while v + 4 <= vectors.end {
+            self.step::<4>(q, v, seen, maxes, sums, out);
+            v += 4;
+        }
+        if v + 2 <= vectors.end {
+            self.step::<2>(q, v, seen, maxes, sums, out);
+            v += 2;
+        }
+        if v < vectors.end {
+            self.step::<1>(q, v, seen, maxes, sums, out);
+        }
+    }
+
+    /// Vectors `v..v + H`: their scores over the `seen` positions, the online softmax, the
+    /// running outputs rescaled and added the weighted values.
+    #[inline(always)]
+    fn step<const H: usize>(
+        &self,
+        q: &[f32],
+        v: usize,
+        seen: usize,
+        maxes: &mut [f32],
+        sums: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let d = self.d;
+        let mut scores = [[0f32; TILE]; H];
+        let (groups, stride) = (self.groups, self.q_stride);
+        let coefs: [&[f32]; H] = std::array::from_fn(|h| &q[(v + h) / groups * stride + (v + h) % groups * d..][..d]);
+        let mut probs: [&mut [f32]; H] = scores.each_mut().map(|s| &mut s[..seen]);
+        in_slices(coefs, self.keys, TILE, &mut probs);
+        let mut corrections = [0f32; H];
+        for h in 0..H {
+            probs[h].iter_mut().for_each(|x| *x *= self.scale);
+            corrections[h] = online(probs[h], &mut maxes[v + h], &mut sums[v + h]);
+        }
+        let mut rows = out[v * d..(v + H) * d].chunks_exact_mut(d);
+        let mut outs: [&mut [f32]; H] = std::array::from_fn(|_| rows.next().expect("H rows of d"));
+        for h in 0..H {
+            rescale(outs[h], corrections[h]);
+        }
+        let weights: [&[f32]; H] = probs.each_ref().map(|p| &**p);
+        in_slices(weights, self.values, d, &mut outs);
+    }
+}
+
+/// The online softmax's step for one query vector and one tile: `s` (the tile's scores) becomes
+/// their exponentials relative to the new running maximum, the running `sum` is rescaled and added
+/// them (sixteen lanes, then one fixed sum); returns the factor the running output is rescaled by
+/// (0 on the first tile, whose running maximum is -inf).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the lanes, as in the prose
+pub(super) fn online(s: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    for c in s.chunks_exact(L) {
+        for l in 0..L {
+            lanes[l] = lanes[l].max(c[l]);
+        }
+    }
+    let tail = s.len() / L * L;
+    let tile_max = lanes.iter().chain(&s[tail..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let new_max = max.max(tile_max);
+    let correction = exp(*max - new_max);
+    let mut sums = [0f32; L];
+    for c in s.chunks_exact_mut(L) {
+        for l in 0..L {
+            c[l] = exp(c[l] - new_max);
+            sums[l] += c[l];
+        }
+    }
+    let mut tile_sum = sums.iter().sum::<f32>();
+    for v in &mut s[tail..] {
+        *v = exp(*v - new_max);
+        tile_sum += *v;
+    }
+    *sum = *sum * correction + tile_sum;
+    *max = new_max;
+    correction
+}
+
+/// Multiplies a running output by the online softmax's correction.
+#[inline(always)]
+fn rescale(o: &mut [f32], by: f32) {
+    o.iter_mut().for_each(|v| *v *= by);
 }
 
 /// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_each`]'s
@@ -87,55 +306,12 @@ pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,
     pub capacity: usize,
-    /// Filled positions, the new one included.
+    /// Filled positions, the new ones included.
     pub len: usize,
+    /// New positions: the last `rows` of the `len`, whose queries attend.
+    pub rows: usize,
     /// Head dimension.
     pub d: usize,
-}
-
-compiled_for_vectors!(
-    /// `out[g] = Σ_j probs[g][j] · values[j]` for every query head `g` of a group, each output
-    /// element summed in position order by fused multiply-adds.
-    ///
-    /// Why tiles: the plain loop stores every output after every position and reads all the
-    /// values once per query head. Here a tile of positions' values stays in L1 for all the
-    /// heads, and a slice of outputs stays in registers across the tile.
-    fn weighted_sums(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) => weighted_sums_with
-);
-
-compiled_for_vectors!(
-    /// Softmax of `p` in place: the largest value, the exponential of each value's difference to
-    /// it ([`exp`]), their sum, and each divided by the sum; the largest and the sum kept in
-    /// sixteen lanes. Why not libm's `exp` in a scalar loop, as candle does: at context 4096 that
-    /// loop was a quarter of attention's time; here it is vector code.
-    fn softmax(p: &mut [f32]) => softmax_with
-);
-
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // the lanes, as in the prose
-pub(super) fn softmax_with(p: &mut [f32]) {
-    const L: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; L];
-    for c in p.chunks_exact(L) {
-        for l in 0..L {
-            lanes[l] = lanes[l].max(c[l]);
-        }
-    }
-    let tail = p.len() / L * L;
-    let max = lanes.iter().chain(&p[tail..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let mut sums = [0f32; L];
-    for c in p.chunks_exact_mut(L) {
-        for l in 0..L {
-            c[l] = exp(c[l] - max);
-            sums[l] += c[l];
-        }
-    }
-    let mut sum = sums.iter().sum::<f32>();
-    for v in &mut p[tail..] {
-        *v = exp(*v - max);
-        sum += *v;
-    }
-    p.iter_mut().for_each(|v| *v /= sum);
 }
 
 /// `eˣ` in F32, within two units in the last place of the exact value, from operations a vector
@@ -170,60 +346,6 @@ pub(super) fn exp(x: f32) -> f32 {
     }
 }
 
-compiled_for_vectors!(
-    /// `probs[g][j] = scale · Σ_i q[g][i] · key_j[i]`: every query head `g`'s score at every
-    /// position `j` over `d` dimensions, the keys in tiles ([`attend_each`]); each summed in
-    /// dimension order by fused multiply-adds, then scaled.
-    fn scores(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32]) => scores_with
-);
-
-#[inline(always)]
-pub(super) fn scores_with(q: &[f32], keys: &[f32], d: usize, scale: f32, probs: &mut [f32]) {
-    let len = probs.len() / (q.len() / d);
-    for first in (0..len).step_by(TILE) {
-        let last = (first + TILE).min(len);
-        prefetch_tile(keys, first + TILE, d);
-        let heads = q.chunks_exact(d).zip(probs.chunks_exact_mut(len).map(|p| &mut p[first..last]));
-        for ((c0, o0), second) in Pairs(heads) {
-            match second {
-                Some((c1, o1)) => scores_of(&[c0, c1], &keys[first * d..], scale, &mut [o0, o1]),
-                None => scores_of(&[c0], &keys[first * d..], scale, &mut [o0]),
-            }
-        }
-    }
-}
-
-/// One tile of [`scores`] for one or two heads: `keys` from the tile's first row on.
-#[inline(always)]
-pub(super) fn scores_of(coefs: &[&[f32]], keys: &[f32], scale: f32, outs: &mut [&mut [f32]]) {
-    for o in outs.iter_mut() {
-        o.fill(0.0);
-    }
-    in_slices(coefs, keys, TILE, outs);
-    for o in outs.iter_mut() {
-        for v in o.iter_mut() {
-            *v *= scale;
-        }
-    }
-}
-
-#[inline(always)]
-pub(super) fn weighted_sums_with(probs: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
-    let len = values.len() / d;
-    for first in (0..len).step_by(TILE) {
-        let last = (first + TILE).min(len);
-        let tile = &values[first * d..last * d];
-        prefetch_tile(values, first + TILE, d);
-        let heads = probs.chunks_exact(len).map(|p| &p[first..last]).zip(out.chunks_exact_mut(d));
-        for ((c0, o0), second) in Pairs(heads) {
-            match second {
-                Some((c1, o1)) => in_slices(&[c0, c1], tile, d, &mut [o0, o1]),
-                None => in_slices(&[c0], tile, d, &mut [o0]),
-            }
-        }
-    }
-}
-
 /// Asks for the tile of positions from `next` on (as many as `rows`, `d` values a position, holds)
 /// while the previous tile's are multiplied. Why: the hardware prefetcher alone left each tile's
 /// first loads waiting on memory; measured at context 4096, the 24 layers' attention of one
@@ -240,47 +362,21 @@ pub(super) fn prefetch_tile(rows: &[f32], next: usize, d: usize) {
     let _ = tile;
 }
 
-/// Positions per tile of the cached keys ([`attend_each`]), and of the weighted sums: a tile's keys
-/// (or values) stay in L1 for every query head of their group.
+/// Positions per tile of the cached keys ([`attend_each`]): a tile's keys (or values) stay in L1 for
+/// every query vector of a block.
 pub const TILE: usize = 64;
 
-/// The heads two at a time, then the last alone when their number is odd. Why pairs: each load
-/// of a row then feeds two heads' multiply-adds, and two heads' outputs are twice the
-/// independent add chains. (An iterator, not a function taking a closure: a closure is compiled
-/// without the vector features of the function it sits in unless it is inlined, and then its
-/// fused multiply-adds become library calls.)
-pub(super) struct Pairs<I>(I);
-
-impl<I: Iterator> Iterator for Pairs<I> {
-    type Item = (I::Item, Option<I::Item>);
-
-    #[inline(always)]
-    fn next(&mut self) -> Option<Self::Item> {
-        let first = self.0.next()?;
-        Some((first, self.0.next()))
-    }
-}
-
-/// `outs[h][c] += Σ_t coefs[h][t] · rows[t · stride + c]` for every head `h` (one or two) and
-/// output `c`, each in `t` order by fused multiply-adds: the shared inner loop of [`scores`] and
-/// [`weighted_sums`]. Wide slices of outputs first, each held in registers across all the rows:
-/// sixty-four outputs of two heads are eight independent chains of 512-bit multiply-adds (their
-/// latency, not their count, bounds a narrower slice).
+/// `outs[h][c] += Σ_t coefs[h][t] · rows[t · stride + c]` for every vector `h` of `H` and output
+/// `c`, each in `t` order by fused multiply-adds: the inner loop of a tile's scores (the keys'
+/// rows, dimension by dimension) and of its weighted sums (the values' rows, position by
+/// position). Wide slices of outputs first, each held in registers across all the rows: sixty-four
+/// outputs of several vectors are that many independent chains of 512-bit multiply-adds (their
+/// latency, not their count, bounds a narrower slice). `t` runs over `coefs[0]`.
 #[inline(always)]
-pub(super) fn in_slices(coefs: &[&[f32]], rows: &[f32], stride: usize, outs: &mut [&mut [f32]]) {
-    match (coefs, outs) {
-        ([c0, c1], [o0, o1]) => {
-            let c = accumulate::<64, 2>([c0, c1], rows, stride, 0, [o0, o1]);
-            let c = accumulate::<16, 2>([c0, c1], rows, stride, c, [o0, o1]);
-            accumulate::<1, 2>([c0, c1], rows, stride, c, [o0, o1]);
-        }
-        ([c0], [o0]) => {
-            let c = accumulate::<64, 1>([c0], rows, stride, 0, [o0]);
-            let c = accumulate::<16, 1>([c0], rows, stride, c, [o0]);
-            accumulate::<1, 1>([c0], rows, stride, c, [o0]);
-        }
-        _ => unreachable!("one or two heads"),
-    }
+pub(super) fn in_slices<const H: usize>(coefs: [&[f32]; H], rows: &[f32], stride: usize, outs: &mut [&mut [f32]; H]) {
+    let c = accumulate::<64, H>(coefs, rows, stride, 0, outs.each_mut().map(|o| &mut **o));
+    let c = accumulate::<16, H>(coefs, rows, stride, c, outs.each_mut().map(|o| &mut **o));
+    accumulate::<1, H>(coefs, rows, stride, c, outs.each_mut().map(|o| &mut **o));
 }
 
 /// [`in_slices`] for `H` heads and outputs `c..` in slices of `L`. Returns where the whole

@@ -18,8 +18,8 @@
 //! alone, and batching cannot change greedy ids.
 //!
 //! Also here, for the same steps: the exact integer products that screen the head for greedy ids
-//! ([`int_products`], used by `crate::greedy`), and attention of each decoding session's new
-//! position over its cache ([`attend_each`]).
+//! ([`int_products`], used by `crate::greedy`), and attention of sessions' new positions over
+//! their caches, decoding and prefilling alike ([`attend_each`]).
 //!
 //! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`]), one per instruction set
 //! (`x86/avx2.rs` and `x86/avx512.rs`, the intrinsics, behind `x86/mod.rs`; the portable paths
@@ -78,20 +78,4 @@ fn on_cache_lines<T: Copy + Default, R>(x: &[T], work: impl FnOnce(&[T]) -> R) -
 /// itself while the others, still spinning from the last region, take their share.
 pub(crate) fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| work())
-}
-
-/// Runs `work` on this thread's scratch buffer, grown to at least `len` values (contents
-/// unspecified). Why: attention's buffers are a few hundred kilobytes at long contexts; allocated
-/// per call, each one is fresh pages from the kernel (faults, then a TLB shootdown on free): about
-/// a third of attention's time at context 4096.
-fn scratch<R>(len: usize, work: impl FnOnce(&mut [f32]) -> R) -> R {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    SCRATCH.with_borrow_mut(|buf| {
-        if buf.len() < len {
-            buf.resize(len, 0.0);
-        }
-        work(&mut buf[..len])
-    })
 }

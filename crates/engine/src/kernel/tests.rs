@@ -226,57 +226,124 @@ fn the_256_and_512_bit_paths_compute_the_same_bits() {
     }
 }
 
+/// One session's cache for the attention tests: `len` filled positions (keys in tiles), and the
+/// queries of its last `rows`.
+struct Session {
+    q: Vec<f32>,
+    plain_keys: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    shape: AttentionShape,
+}
+
+fn session(heads: usize, kv_heads: usize, d: usize, len: usize, rows: usize, seed: u32) -> Session {
+    let capacity = len.next_multiple_of(TILE);
+    let (q, plain_keys, v) = (
+        data(rows * heads * d, seed),
+        data(kv_heads * capacity * d, seed + 1),
+        data(kv_heads * capacity * d, seed + 2),
+    );
+    let mut k = vec![0f32; kv_heads * capacity * d];
+    store_keys(&mut k, &plain_keys, kv_heads, d, 0);
+    Session { q, plain_keys, k, v, shape: AttentionShape { heads, kv_heads, capacity, len, rows, d } }
+}
+
+impl Session {
+    fn item(&self) -> Attending<'_> {
+        Attending { q: &self.q, k: &self.k, v: &self.v, shape: self.shape }
+    }
+
+    /// Its rows `from..to` (of its `rows`) as an item of their own: what a chunk of them sees.
+    fn rows(&self, from: usize, to: usize) -> Attending<'_> {
+        let AttentionShape { heads, d, len, rows, .. } = self.shape;
+        let shape = AttentionShape { len: len - rows + to, rows: to - from, ..self.shape };
+        Attending { q: &self.q[from * heads * d..to * heads * d], k: &self.k, v: &self.v, shape }
+    }
+}
+
 #[test]
-fn single_row_attention_matches_a_plain_f64_softmax_over_the_filled_positions() {
-    // Head widths through every slice width of the weighted sums (64, 16, 1), contexts through
-    // every slice width of the scores (64, 16, 1) and spanning several tiles.
-    for (d, capacity, len) in [(16, 64, 37), (72, 192, 150), (64, 192, 129), (64, 448, 337)] {
-        let shape = AttentionShape { heads: 6, kv_heads: 2, capacity, len, d };
-        // Keys and values as computed: position j's at [kv][j].
-        let (q, plain_keys, v) = (data(6 * d, 10), data(2 * capacity * d, 11), data(2 * capacity * d, 12));
-        let mut k = vec![0f32; 2 * capacity * d];
-        store_keys(&mut k, &plain_keys, 2, d, 0);
-        let out = attend_each(&[Attending { q: &q, k: &k, v: &v, shape }], 0.25);
-        for h in 0..6 {
-            let kv = h / 3;
-            let key = |j: usize, i: usize| plain_keys[(kv * capacity + j) * d + i] as f64;
-            let row = |t: &[f32], j: usize| -> Vec<f64> {
-                t[(kv * capacity + j) * d..(kv * capacity + j + 1) * d].iter().map(|&x| x as f64).collect()
-            };
-            let scores: Vec<f64> =
-                (0..len).map(|j| (0..d).map(|i| key(j, i) * q[h * d + i] as f64).sum::<f64>() * 0.25).collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
-            for i in 0..d {
-                let exact: f64 = (0..len).map(|j| (scores[j] - max).exp() / sum * row(&v, j)[i]).sum();
-                let got = out[h * d + i] as f64;
-                assert!((got - exact).abs() < 1e-5, "d {d}, head {h} [{i}]: {got} vs {exact}");
+fn attention_matches_a_plain_f64_causal_softmax() {
+    // Head widths through every slice width of the weighted sums (64, 16, 1); contexts through
+    // every slice width of the scores and several tiles; one row (decoding) and chunks that
+    // start inside tiles and span blocks of rows.
+    for (d, len, rows) in [(16, 37, 1), (72, 150, 1), (64, 129, 20), (64, 337, 70), (40, 64, 64)] {
+        let s = session(6, 2, d, len, rows, 10);
+        let out = attend_each(&[s.item()], 0.25);
+        let capacity = s.shape.capacity;
+        for r in 0..rows {
+            let position = len - rows + r;
+            for h in 0..6 {
+                let kv = h / 3;
+                let q = &s.q[(r * 6 + h) * d..][..d];
+                let scores: Vec<f64> = (0..=position)
+                    .map(|j| {
+                        let key = &s.plain_keys[(kv * capacity + j) * d..][..d];
+                        key.iter().zip(q).map(|(k, q)| *k as f64 * *q as f64).sum::<f64>() * 0.25
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
+                for i in 0..d {
+                    let exact: f64 = (0..=position)
+                        .map(|j| (scores[j] - max).exp() / sum * s.v[(kv * capacity + j) * d + i] as f64)
+                        .sum();
+                    let got = out[(r * 6 + h) * d + i] as f64;
+                    assert!((got - exact).abs() < 1e-5, "d {d} len {len} row {r} head {h} [{i}]: {got} vs {exact}");
+                }
             }
         }
     }
 }
 
 #[test]
-fn sessions_attended_together_get_their_bits_alone() {
-    // Different capacities and lengths (one position, several tiles), one model's heads.
+fn a_row_gets_the_same_bits_alone_in_any_chunk_and_beside_any_session() {
     let d = 64;
-    let sessions: Vec<_> = [(64, 1), (192, 129), (448, 337)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (capacity, len))| {
-            let seed = 40 + 3 * i as u32;
-            let (q, v) = (data(6 * d, seed), data(2 * capacity * d, seed + 1));
-            let mut k = vec![0f32; 2 * capacity * d];
-            store_keys(&mut k, &data(2 * capacity * d, seed + 2), 2, d, 0);
-            (q, k, v, AttentionShape { heads: 6, kv_heads: 2, capacity, len, d })
-        })
-        .collect();
-    let items: Vec<Attending> = sessions.iter().map(|(q, k, v, shape)| Attending { q, k, v, shape: *shape }).collect();
-    let together = attend_each(&items, 0.125);
-    for (i, item) in items.iter().enumerate() {
-        let alone = attend_each(std::slice::from_ref(item), 0.125);
-        assert_eq!(together[i * 6 * d..(i + 1) * 6 * d], alone, "session {i}");
+    let s = session(6, 2, d, 337, 70, 40);
+    let whole = attend_each(&[s.item()], 0.125);
+    let row_width = 6 * d;
+    // Token by token, as decoding would, and in chunks that start and end inside tiles and blocks.
+    for cuts in [(0..=70).collect::<Vec<_>>(), vec![0, 5, 22, 23, 64, 70], vec![0, 17, 70]] {
+        let mut pieces = Vec::new();
+        for w in cuts.windows(2) {
+            pieces.extend(attend_each(&[s.rows(w[0], w[1])], 0.125));
+        }
+        assert_eq!(pieces, whole, "chunks cut at {cuts:?}");
     }
+    // Beside other sessions, decoding or prefilling, in one call.
+    let (a, b) = (session(6, 2, d, 1, 1, 50), session(6, 2, d, 200, 3, 60));
+    let together = attend_each(&[a.item(), s.item(), b.item()], 0.125);
+    assert_eq!(together[..row_width], attend_each(&[a.item()], 0.125));
+    assert_eq!(together[row_width..row_width * 71], whole);
+    assert_eq!(together[row_width * 71..], attend_each(&[b.item()], 0.125));
+}
+
+#[test]
+fn every_build_of_the_attention_block_gives_the_same_bits() {
+    let (d, groups) = (64, 3);
+    let s = session(groups, 1, d, 337, 40, 70);
+    let first = 337 - 40;
+    let (keys, values) = (&s.k[..337usize.next_multiple_of(TILE) * d], &s.v[..337 * d]);
+    let mut dispatched = vec![0f32; 40 * groups * d];
+    attend_block(&s.q, groups * d, keys, values, d, 40, first, 0.125, &mut dispatched);
+    let mut plain = vec![0f32; 40 * groups * d];
+    attend_block_with(&s.q, groups * d, keys, values, d, 40, first, 0.125, &mut plain);
+    assert_eq!(plain, dispatched);
+}
+
+#[test]
+fn the_online_softmax_matches_the_exact_one_over_tiles() {
+    // Scores in three tiles, the largest in the middle one: the running sum, rescaled, is the
+    // whole sum of the exponentials relative to the largest.
+    let p: Vec<f32> = data(3 * TILE, 19).iter().map(|v| v * 30.0).collect();
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for tile in p.chunks(TILE) {
+        let mut t = tile.to_vec();
+        online(&mut t, &mut max, &mut sum);
+    }
+    let exact_max = p.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let exact: f64 = p.iter().map(|v| ((v - exact_max) as f64).exp()).sum();
+    assert_eq!(max, exact_max);
+    assert!((sum as f64 - exact).abs() <= 1e-5 * exact, "{sum} vs {exact}");
 }
 
 #[test]
@@ -332,60 +399,6 @@ fn exp_is_within_two_units_in_the_last_place() {
     assert_eq!(exp(-100.0), 0.0);
     assert_eq!(exp(f32::NEG_INFINITY), 0.0);
     assert!(exp(f32::NAN).is_nan());
-}
-
-#[test]
-fn softmax_matches_f64_and_every_build_gives_the_same_bits() {
-    for len in [1, 15, 16, 37, 4100] {
-        let p: Vec<f32> = data(len, 19).iter().map(|v| v * 30.0).collect();
-        let mut got = p.clone();
-        softmax(&mut got);
-        // Against the exact exponentials of the F32 differences (which every softmax rounds).
-        let max = p.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-        let sum: f64 = p.iter().map(|v| ((v - max) as f64).exp()).sum();
-        for (g, v) in got.iter().zip(&p) {
-            let exact = ((v - max) as f64).exp() / sum;
-            assert!((*g as f64 - exact).abs() <= 1e-6 * exact + 1e-30, "len {len}: {g} vs {exact}");
-        }
-        let mut plain = p.clone();
-        softmax_with(&mut plain);
-        assert_eq!(plain, got, "len {len}: the plain build's bits");
-    }
-}
-
-#[test]
-fn tiled_scores_give_the_plain_loops_bits() {
-    // Positions through every slice width (64, 16, 1) and several tiles, the last one partly
-    // filled.
-    let (groups, len, d) = (3, 337usize, 40);
-    let capacity = len.next_multiple_of(TILE);
-    let (q, plain_keys) = (data(groups * d, 20), data(capacity * d, 21));
-    let mut keys = vec![0f32; capacity * d];
-    store_keys(&mut keys, &plain_keys, 1, d, 0);
-    let mut probs = vec![0f32; groups * len];
-    scores(&q, &keys, d, 0.3, &mut probs);
-    for g in 0..groups {
-        for j in 0..len {
-            let key = &plain_keys[j * d..(j + 1) * d];
-            let plain = (0..d).fold(0f32, |acc, i| q[g * d + i].mul_add(key[i], acc)) * 0.3;
-            assert_eq!(plain.to_bits(), probs[g * len + j].to_bits(), "head {g} position {j}");
-        }
-    }
-}
-
-#[test]
-fn tiled_weighted_sums_give_the_plain_loops_bits() {
-    let (groups, len, d) = (3, 200, 88);
-    let (probs, values) = (data(groups * len, 13), data(len * d, 14));
-    let mut out = vec![0f32; groups * d];
-    weighted_sums(&probs, &values, d, &mut out);
-    for g in 0..groups {
-        let mut plain = vec![0f32; d];
-        for (p, v) in probs[g * len..(g + 1) * len].iter().zip(values.chunks_exact(d)) {
-            plain.iter_mut().zip(v).for_each(|(o, x)| *o = p.mul_add(*x, *o));
-        }
-        assert_eq!(plain, out[g * d..(g + 1) * d], "head {g}");
-    }
 }
 
 #[test]
