@@ -126,7 +126,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].sent_s", &["nudge"], "measured"),
     ("requests[].first_byte_s", &["nudge"], "measured"),
     ("requests[].first_token_s", &["nudge"], "measured"),
-    ("requests[].end_s", &["nudge"], "measured"),
+    ("requests[].end_s", &["nudge", "jump"], "measured"),
     ("requests[].arrival.admitted_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
@@ -148,10 +148,23 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].ollama_prompt_eval_count", &[], "server"),
     ("requests[].ollama_prompt_eval_duration_ns", &[], "server"),
     ("requests[].finish_reason", &[], "server"),
+    ("requests[].status", &["step"], "server"),
     ("versions.*", &[], "server"),
     ("model_metadata.*", &[], "server"),
     ("runtimes[].base_url", &[], "server"),
     ("runtimes[].model", &[], "server"),
+    // What a workload's file held or its draw made: the audit has neither the file nor the
+    // tokenizer (a built-in workload's prompts and record are checked; a file's lengths in
+    // characters when every item was sent).
+    ("workload.path", &[], "workload"),
+    ("workload.file_sha256", &[], "workload"),
+    ("workload.items_sha256", &[], "workload"),
+    ("workload.lengths", &[], "workload"),
+    ("workload.items", &[], "workload"),
+    ("workload.items_with_max_tokens", &[], "workload"),
+    ("workload.prompt_tokens_*", &[], "workload"),
+    ("workload.prompt_chars_*", &[], "workload"),
+    ("prompts.*", &["text"], "workload"),
     // What the audit cannot recompute without the model's tokenizer or the peer's files, and the
     // benchmark's words for its comparisons.
     ("runs[].requests[].text", &[], "text"),

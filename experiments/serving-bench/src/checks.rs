@@ -49,6 +49,20 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
         if r.ok() && r.chunk_gaps_s.len() as u64 != r.chunks.saturating_sub(1) {
             f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
         }
+        // The gaps lie between the first chunk with text and the end of the stream (a
+        // microsecond allowed per gap for the seconds' rounding).
+        if let Some(first) = r.first_token_s.filter(|_| r.ok()) {
+            let gaps: f64 = r.chunk_gaps_s.iter().sum();
+            if !(r.chunk_gaps_s.iter().all(|g| *g >= 0.0)
+                && gaps <= r.end_s - first + 1e-6 * (1.0 + r.chunk_gaps_s.len() as f64))
+            {
+                f.wrong(
+                    "invariants",
+                    at("chunk_gaps_s"),
+                    format!("{gaps} s of gaps between the first chunk and the end, {} s apart", r.end_s - first),
+                );
+            }
+        }
         // A success was answered 2xx, an HTTP status failure was not.
         let answered = r.status.map(|s| (200..300).contains(&s));
         let status_agrees = match r.error {
@@ -209,6 +223,22 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     }
     if let Some(i) = a.requests.iter().position(|r| !a.prompts.contains_key(&r.prompt)) {
         f.wrong("invariants", format!("requests[{i}].prompt"), "names no prompt the artifact holds");
+    }
+    // Every item of a file or a draw was sent: its lengths follow from the prompts held.
+    if let Some(w) = a.workload.as_ref().filter(|w| w.source != "builtin" && w.items == a.prompts.len()) {
+        let s = crate::workload::prompt_chars(a.prompts.values().map(String::as_str));
+        if (w.prompt_chars_min, w.prompt_chars_p50, w.prompt_chars_mean, w.prompt_chars_max)
+            != (s.min, s.p50, s.mean, s.max)
+        {
+            f.wrong(
+                "invariants",
+                "workload.prompt_chars_mean",
+                "the prompts' lengths are not what the prompts held give",
+            );
+        }
+    }
+    if a.workload.as_ref().is_some_and(|w| w.items_with_max_tokens > w.items || a.prompts.len() > w.items) {
+        f.wrong("invariants", "workload.items", "fewer items than the prompts sent, or than items with their own cap");
     }
     if a.workload.as_ref().is_none_or(|w| w.source == "builtin") {
         let seed = crate::serving::default_prompts();

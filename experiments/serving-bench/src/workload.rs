@@ -284,8 +284,7 @@ impl Workload {
             Value::Array(canonical).to_string().as_bytes(),
             common::digest::Algorithm::Sha256,
         );
-        let lengths: Vec<f64> = items.iter().map(|i| i.prompt.chars().count() as f64).collect();
-        let s = common::stats::summarize(&lengths);
+        let s = prompt_chars(items.iter().map(|i| i.prompt.as_str()));
         let record = WorkloadRecord {
             source: source.to_string(),
             path: path.map(str::to_string),
@@ -305,6 +304,13 @@ impl Workload {
         };
         Workload { items, record }
     }
+}
+
+/// The spread of the prompts' lengths in characters, as a workload's record gives it (and the
+/// audit recomputes it from the prompts an artifact holds, when it holds every item's).
+pub fn prompt_chars<'a>(prompts: impl Iterator<Item = &'a str>) -> common::stats::Summary {
+    let lengths: Vec<f64> = prompts.map(|p| p.chars().count() as f64).collect();
+    common::stats::summarize(&lengths)
 }
 
 fn read(path: &Path, shown: &str) -> Result<Vec<u8>, WorkloadError> {
