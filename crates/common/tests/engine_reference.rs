@@ -58,33 +58,44 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
             arrival_ms: 0.0,
         })
         .collect();
+    // The tightest KV budget the workload runs under: the longest job's whole length, in blocks.
+    let tile = common::kernel::TILE;
+    let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
     let mut checked = 0;
+    let mut preempted = 0;
     for policy in Policy::ALL {
         for chunk_size in [Some(1), Some(7), Some(64), None] {
-            for max_active in [1, 2, 3] {
-                let config = RunConfig { policy, chunk_size, max_active };
+            for (max_active, kv_budget) in [(1, None), (2, None), (3, None), (3, Some(tight)), (2, Some(tight + tile))] {
+                let config = RunConfig { policy, chunk_size, max_active, kv_budget };
                 let outcome = schedule::run(&model, &jobs, config).unwrap();
+                preempted += outcome.timeline.iter().filter(|s| s.kind == common::session::StepKind::Preempt).count();
+                assert!(outcome.peak_kv_bytes <= outcome.kv_pool_bytes, "{config:?}: the budget is kept");
                 let metrics = request_metrics(&outcome.timeline);
                 assert_eq!(metrics.len(), 3);
                 for r in &reference.jobs {
                     let ours = metrics.iter().find(|m| m.id == r.id).unwrap();
                     assert_eq!(ours.output_ids, r.output_ids, "{config:?} job {}", r.id);
                 }
-                // Every prompt token was prefilled exactly once, in chunks of at most chunk_size.
+                // Every prompt token was prefilled once (and again after each preemption, with
+                // what had been generated), in chunks of at most chunk_size.
                 for job in &jobs {
                     let prefill: Vec<_> = outcome
                         .timeline
                         .iter()
                         .filter(|s| s.job == job.id && s.kind == common::session::StepKind::Prefill)
                         .collect();
-                    assert_eq!(prefill.iter().map(|s| s.tokens).sum::<usize>(), job.prompt_ids.len());
+                    let preemptions = outcome.finish.iter().find(|f| f.job == job.id).unwrap().preemptions;
+                    if preemptions == 0 {
+                        assert_eq!(prefill.iter().map(|s| s.tokens).sum::<usize>(), job.prompt_ids.len());
+                    }
                     assert!(prefill.iter().all(|s| s.tokens <= chunk_size.unwrap_or(usize::MAX)));
                 }
                 checked += 1;
             }
         }
     }
-    assert_eq!(checked, 36);
+    assert_eq!(checked, 60);
+    assert!(preempted > 0, "the tight budget preempted some job somewhere");
 }
 
 #[test]
@@ -109,14 +120,14 @@ fn policies_order_steps_as_the_seed_describes() {
         seq
     };
     // fifo: each job runs to completion, in arrival order.
-    let fifo = order(RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 });
+    let fifo = order(RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2, kv_budget: None });
     assert_eq!(fifo, vec!["long-document", "interactive-a", "interactive-b"]);
     // interleave: long and a alternate until a finishes, then b joins.
-    let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2 });
+    let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2, kv_budget: None });
     assert_eq!(&inter[..4], ["long-document", "interactive-a", "long-document", "interactive-a"]);
     // chunked: interactive-a gets its first token before long-document's prefill ends.
     let outcome =
-        schedule::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 })
+        schedule::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None })
             .unwrap();
     let m = request_metrics(&outcome.timeline);
     let ttft = |id: &str| m.iter().find(|r| r.id == id).unwrap().ttft_ms;

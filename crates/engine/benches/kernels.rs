@@ -60,14 +60,25 @@ fn screen(c: &mut Criterion) {
 }
 
 fn attention(c: &mut Criterion) {
-    let (heads, kv_heads, d, capacity) = (14, 2, 64, 1024usize.next_multiple_of(TILE));
+    let (heads, kv_heads, d, capacity) = (14, 2, 64, 1024usize);
     let q = data(capacity * heads * d, 5);
     let (k, v) = (data(kv_heads * capacity * d, 6), data(kv_heads * capacity * d, 7));
+    // The tiles of blocks laid out one after another, KV head by KV head.
+    fn tiles(all: &[f32], d: usize) -> Vec<&[f32]> {
+        all.chunks_exact(TILE * d).collect()
+    }
+    let (key_tiles, value_tiles) = (tiles(&k, d), tiles(&v, d));
     let mut group = c.benchmark_group("attend_each");
     // One decoding row at two contexts, and a whole 1024-position prefill in one chunk.
     for (len, rows) in [(128, 1), (capacity, 1), (capacity, capacity)] {
-        let shape = AttentionShape { heads, kv_heads, capacity, len, rows, d };
-        let item = Attending { q: &q[..rows * heads * d], k: &k, v: &v, shape };
+        let shape = AttentionShape { heads, kv_heads, len, rows, d };
+        let (n, per_head) = (len.div_ceil(TILE), capacity / TILE);
+        let pick = |all: &[&[f32]]| -> Vec<f32> {
+            (0..kv_heads).flat_map(|h| all[h * per_head..h * per_head + n].concat()).collect()
+        };
+        let (key_data, value_data) = (pick(&key_tiles), pick(&value_tiles));
+        let (keys, values) = (tiles(&key_data, d), tiles(&value_data, d));
+        let item = Attending { q: &q[..rows * heads * d], keys: &keys, values: &values, shape };
         group.bench_function(BenchmarkId::new(format!("rows-{rows}"), len), |b| {
             b.iter(|| attend_each(black_box(std::slice::from_ref(&item)), 0.125))
         });

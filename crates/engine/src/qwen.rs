@@ -159,17 +159,77 @@ pub struct Qwen2 {
     device: Device,
 }
 
-/// One session's keys and values, filled from position 0 up to `len`. Per layer, the values are
-/// a `(1, kv_heads, stored, head_dim)` buffer and the keys are stored in tiles of
-/// [`kernel::TILE`] positions, each tile dimension by dimension, `(1, kv_heads, stored / TILE,
-/// head_dim, TILE)`: a single position's attention then computes its scores as vector operations
-/// along positions, one contiguous tile at a time ([`kernel::attend_each`]). `stored` is the
-/// capacity rounded up to whole tiles.
-pub struct Cache {
+/// One model's KV cache memory: blocks of [`kernel::TILE`] positions, each block holding every
+/// layer's keys and values of its positions, shared by every [`Cache`] made from it. Per layer,
+/// the keys are `blocks × kv_heads × head_dim × TILE` (a block's keys for one KV head are a tile
+/// stored dimension by dimension, so a single position's scores are vector operations along
+/// positions: [`kernel::attend_each`]) and the values `blocks × kv_heads × TILE × head_dim`.
+/// A block is taken when a cache first writes one of its positions and given back when the cache
+/// is cleared or dropped, so what the pool holds is what its caches use, never more than its
+/// blocks: a budget.
+pub struct KvPool {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
+    blocks: usize,
+    block_bytes: usize,
+    /// Free blocks, taken from the end.
+    free: std::sync::Mutex<Vec<u32>>,
+    /// The most blocks in use at once since the pool was made.
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl KvPool {
+    /// Its blocks, in use or free.
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    pub fn free_blocks(&self) -> usize {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn used_blocks(&self) -> usize {
+        self.blocks - self.free_blocks()
+    }
+
+    /// Bytes of one block (every layer's keys and values of [`kernel::TILE`] positions).
+    pub fn block_bytes(&self) -> usize {
+        self.block_bytes
+    }
+
+    /// The most bytes its caches held at once.
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed) * self.block_bytes
+    }
+
+    /// `n` free blocks, or none when fewer are free.
+    fn take(&self, n: usize) -> Option<Vec<u32>> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let at = free.len().checked_sub(n)?;
+        let taken = free.split_off(at);
+        self.peak.fetch_max(self.blocks - free.len(), std::sync::atomic::Ordering::Relaxed);
+        Some(taken)
+    }
+
+    fn give(&self, blocks: impl IntoIterator<Item = u32>) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).extend(blocks);
+    }
+}
+
+/// One session's keys and values, filled from position 0 up to `len`, in blocks of its pool
+/// ([`KvPool`]): tile `t` of its positions lives in block `blocks[t]`. It holds the blocks its
+/// positions need, at most `capacity` positions' worth.
+pub struct Cache {
+    pool: std::sync::Arc<KvPool>,
+    blocks: Vec<u32>,
     len: usize,
     capacity: usize,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.pool.give(self.blocks.drain(..));
+    }
 }
 
 impl Cache {
@@ -181,9 +241,42 @@ impl Cache {
         self.len == 0
     }
 
+    /// The positions it may hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Blocks it must take from its pool to hold `n` more positions.
+    pub fn blocks_for(&self, n: usize) -> usize {
+        (self.len + n).div_ceil(kernel::TILE).saturating_sub(self.blocks.len())
+    }
+
+    /// Takes the blocks `n` more positions need; fails, taking none, when the pool has too few.
+    pub(crate) fn reserve(&mut self, n: usize) -> Result<()> {
+        let want = self.blocks_for(n);
+        if want > 0 {
+            let Some(taken) = self.pool.take(want) else {
+                candle_core::bail!(
+                    "the KV pool has {} free blocks, {n} positions at {} need {want}",
+                    self.pool.free_blocks(),
+                    self.len
+                )
+            };
+            self.blocks.extend(taken);
+        }
+        Ok(())
+    }
+
+    /// Gives every block back and forgets every position: a preempted session's cache, to be
+    /// filled again from position 0.
+    pub fn clear(&mut self) {
+        self.pool.give(self.blocks.drain(..));
+        self.len = 0;
+    }
+
     /// Forgets the positions from `len` on: a forward that failed part way may have written
     /// some of them (the length only advances once every layer has), and a retry from `len`
-    /// overwrites them exactly.
+    /// overwrites them exactly. The blocks stay taken.
     pub(crate) fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
@@ -195,60 +288,65 @@ impl Cache {
     /// streaming the cache.)
     pub fn assume_filled(&mut self, len: usize) -> Result<()> {
         let len = len.min(self.capacity);
-        for (k, v) in self.k.iter().zip(&self.v) {
-            let (one, kv_heads, _, d) = v.dims4()?;
-            v.slice_set(&Tensor::full(0.01f32, (one, kv_heads, len, d), v.device())?, 2, 0)?;
-            let tiles = (one, kv_heads, len.div_ceil(kernel::TILE), d, kernel::TILE);
-            k.slice_set(&Tensor::full(0.01f32, tiles, k.device())?, 2, 0)?;
+        self.reserve(len.saturating_sub(self.len))?;
+        let (kv_heads, d) = (self.pool.k[0].dim(1)?, self.pool.k[0].dim(2)?);
+        let constant = Tensor::full(0.01f32, (1, kv_heads, len, d), self.pool.k[0].device())?;
+        let store = Store { blocks: &self.blocks, pos: 0, kv_heads, head_dim: d, keys: true };
+        for (k, v) in self.pool.k.iter().zip(&self.pool.v) {
+            k.inplace_op2(&constant, &store)?;
+            v.inplace_op2(&constant, &Store { keys: false, ..store })?;
         }
         self.len = len;
         Ok(())
     }
 
-    /// Bytes held by the buffers (allocated for the full capacity, in whole tiles, at creation).
+    /// Bytes of the blocks it holds.
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
-    }
-
-    /// Positions the buffers hold: the capacity in whole tiles.
-    fn stored(&self) -> usize {
-        self.capacity.next_multiple_of(kernel::TILE)
+        self.blocks.len() * self.pool.block_bytes
     }
 }
 
-/// Writes new keys (`1 × kv_heads × n × head_dim`, contiguous) into a layer's keys in tiles from
-/// `pos` on, in place ([`kernel::store_keys`]). Why a custom op: candle's `slice_set` writes a
-/// range of one dimension, and a position's keys are one value in each row of its tile.
+/// Writes new keys or values (`1 × kv_heads × n × head_dim`, contiguous) of positions `pos..` into
+/// a layer's keys or values in a pool, in place, each position in its block
+/// ([`kernel::store_keys`], [`kernel::store_values`]). Why a custom op: a cache's positions are
+/// spread over its blocks, and a position's keys are one value in each row of its tile.
 #[derive(Clone, Copy)]
-struct StoreKeys {
+struct Store<'a> {
+    blocks: &'a [u32],
     pos: usize,
     kv_heads: usize,
     head_dim: usize,
+    keys: bool,
 }
 
-impl candle_core::InplaceOp2 for StoreKeys {
+impl candle_core::InplaceOp2 for Store<'_> {
     fn name(&self) -> &'static str {
-        "store-keys"
+        "store-kv"
     }
 
     fn cpu_fwd(
         &self,
-        keys: &mut CpuStorage,
-        keys_layout: &candle_core::Layout,
+        pool: &mut CpuStorage,
+        pool_layout: &candle_core::Layout,
         new: &CpuStorage,
         new_layout: &candle_core::Layout,
     ) -> Result<()> {
-        let (Some((ks, ke)), Some((ns, ne))) = (keys_layout.contiguous_offsets(), new_layout.contiguous_offsets())
+        let (Some((ps, pe)), Some((ns, ne))) = (pool_layout.contiguous_offsets(), new_layout.contiguous_offsets())
         else {
-            candle_core::bail!("store-keys: the cache and the new keys must be contiguous")
+            candle_core::bail!("store-kv: the pool and the new keys and values must be contiguous")
         };
-        match (keys, new) {
-            (CpuStorage::F32(keys), CpuStorage::F32(new)) => {
-                let StoreKeys { pos, kv_heads, head_dim } = *self;
-                kernel::store_keys(&mut keys[ks..ke], &new[ns..ne], kv_heads, head_dim, pos);
+        match (pool, new) {
+            (CpuStorage::F32(pool), CpuStorage::F32(new)) => {
+                let Store { blocks, pos, kv_heads, head_dim, keys } = *self;
+                let (pool, new) = (&mut pool[ps..pe], &new[ns..ne]);
+                if keys {
+                    kernel::store_keys(pool, blocks, new, kv_heads, head_dim, pos);
+                } else {
+                    kernel::store_values(pool, blocks, new, kv_heads, head_dim, pos);
+                }
                 Ok(())
             }
-            _ => candle_core::bail!("store-keys: the KV cache must be F32"),
+            _ => candle_core::bail!("store-kv: the KV pool must be F32"),
         }
     }
 }
@@ -338,26 +436,52 @@ impl Qwen2 {
         layers + self.lm_head.bytes() + embed
     }
 
-    /// Bytes a cache for `capacity` positions takes ([`Self::new_cache`]'s allocation, in F32):
-    /// for a run to check that its sessions fit before it makes them.
-    pub fn cache_bytes(&self, capacity: usize) -> usize {
-        let stored = capacity.min(self.max_positions).next_multiple_of(kernel::TILE);
-        let per_layer = 2usize.saturating_mul(self.kv_heads).saturating_mul(stored).saturating_mul(self.head_dim);
-        per_layer.saturating_mul(self.layers.len()).saturating_mul(std::mem::size_of::<f32>())
+    /// Bytes of one block of a [`KvPool`]: every layer's keys and values of [`kernel::TILE`]
+    /// positions, in F32.
+    pub fn block_bytes(&self) -> usize {
+        2 * self.layers.len() * self.kv_heads * kernel::TILE * self.head_dim * std::mem::size_of::<f32>()
     }
 
-    /// A cache for up to `capacity` positions, allocated once.
-    pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
-        let capacity = capacity.min(self.max_positions);
-        let stored = capacity.next_multiple_of(kernel::TILE);
+    /// Bytes a cache for `capacity` positions takes in whole blocks ([`Self::new_cache`]'s
+    /// allocation): for a run to check that its sessions fit before it makes them.
+    pub fn cache_bytes(&self, capacity: usize) -> usize {
+        capacity.min(self.max_positions).div_ceil(kernel::TILE).saturating_mul(self.block_bytes())
+    }
+
+    /// A pool of `blocks` blocks for this model's caches (allocated zeroed, its pages resident
+    /// once written).
+    pub fn kv_pool(&self, blocks: usize) -> Result<std::sync::Arc<KvPool>> {
+        let (kv_heads, d, tile) = (self.kv_heads, self.head_dim, kernel::TILE);
         let mut k = Vec::with_capacity(self.layers.len());
         let mut v = Vec::with_capacity(self.layers.len());
         for _ in &self.layers {
-            let tiles = (1, self.kv_heads, stored / kernel::TILE, self.head_dim, kernel::TILE);
-            k.push(memory::zeros(tiles, &self.device)?);
-            v.push(memory::zeros((1, self.kv_heads, stored, self.head_dim), &self.device)?);
+            k.push(memory::zeros((blocks, kv_heads, d, tile), &self.device)?);
+            v.push(memory::zeros((blocks, kv_heads, tile, d), &self.device)?);
         }
-        Ok(Cache { k, v, len: 0, capacity })
+        let blocks_u32 = u32::try_from(blocks).map_err(|_| candle_core::Error::Msg(format!("{blocks} blocks: too many")))?;
+        Ok(std::sync::Arc::new(KvPool {
+            k,
+            v,
+            blocks,
+            block_bytes: self.block_bytes(),
+            free: std::sync::Mutex::new((0..blocks_u32).rev().collect()),
+            peak: std::sync::atomic::AtomicUsize::new(0),
+        }))
+    }
+
+    /// An empty cache in `pool` for up to `capacity` positions, taking blocks as it fills.
+    pub fn cache_in(&self, pool: &std::sync::Arc<KvPool>, capacity: usize) -> Cache {
+        Cache { pool: pool.clone(), blocks: Vec::new(), len: 0, capacity: capacity.min(self.max_positions) }
+    }
+
+    /// A cache for up to `capacity` positions in a pool of its own, every block taken at once:
+    /// what a session alone or a benchmark needs, which can never run out.
+    pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
+        let capacity = capacity.min(self.max_positions);
+        let pool = self.kv_pool(capacity.div_ceil(kernel::TILE))?;
+        let mut cache = self.cache_in(&pool, capacity);
+        cache.reserve(capacity)?;
+        Ok(cache)
     }
 
     /// Runs `ids` at positions `cache.len()..`, appends their keys and values to the cache, and
@@ -397,11 +521,12 @@ impl Qwen2 {
     /// norm of each item's last position, `items × hidden`: the head's input.
     fn last_hidden(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
         let mut positions = Vec::new();
-        for (cache, ids) in items.iter() {
+        for (cache, ids) in items.iter_mut() {
             let (pos, n) = (cache.len, ids.len());
             if n == 0 || pos + n > cache.capacity {
                 candle_core::bail!("{n} tokens at position {pos} do not fit a cache of {} positions", cache.capacity)
             }
+            cache.reserve(n)?;
             positions.extend(pos as u32..(pos + n) as u32);
         }
         let rows = positions.len();
@@ -448,9 +573,9 @@ impl Qwen2 {
     /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated, contiguous) into
     /// its cache in layer `l`, at its position.
     fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let store = StoreKeys { pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim };
-        cache.k[l].inplace_op2(k, &store)?;
-        cache.v[l].slice_set(v, 2, cache.len)
+        let store = Store { blocks: &cache.blocks, pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim, keys: true };
+        cache.pool.k[l].inplace_op2(k, &store)?;
+        cache.pool.v[l].inplace_op2(v, &Store { keys: false, ..store })
     }
 
     /// Attention in layer `l` of every item's new rows over its cache (their keys and values
@@ -475,24 +600,37 @@ impl Qwen2 {
             queries.push(item);
             first += n;
         }
-        let storages: Vec<_> =
-            items.iter().map(|(cache, _)| (cache.k[l].storage_and_layout(), cache.v[l].storage_and_layout())).collect();
-        let mut attending = Vec::with_capacity(items.len());
-        for (((cache, ids), q), ((k, k_layout), (v, v_layout))) in items.iter().zip(&queries).zip(&storages) {
+        let storages: Vec<_> = items
+            .iter()
+            .map(|(cache, _)| (cache.pool.k[l].storage_and_layout(), cache.pool.v[l].storage_and_layout()))
+            .collect();
+        // Each item's tiles of keys and of values, KV head by KV head, in position order.
+        let tile = kernel::TILE * d;
+        let mut tiles = Vec::with_capacity(items.len());
+        for ((cache, ids), ((k, k_layout), (v, v_layout))) in items.iter().zip(&storages) {
             let (Storage::Cpu(CpuStorage::F32(k)), Storage::Cpu(CpuStorage::F32(v))) = (&**k, &**v) else {
-                candle_core::bail!("the KV cache must be F32 on the CPU")
+                candle_core::bail!("the KV pool must be F32 on the CPU")
             };
-            let (ks, ke) = k_layout.contiguous_offsets().expect("caches are allocated contiguous");
-            let (vs, ve) = v_layout.contiguous_offsets().expect("caches are allocated contiguous");
+            let (ks, _) = k_layout.contiguous_offsets().expect("pools are allocated contiguous");
+            let (vs, _) = v_layout.contiguous_offsets().expect("pools are allocated contiguous");
+            let used = &cache.blocks[..(cache.len + ids.len()).div_ceil(kernel::TILE)];
+            let at = |h: usize, b: u32| (b as usize * self.kv_heads + h) * tile;
+            let keys: Vec<&[f32]> =
+                (0..self.kv_heads).flat_map(|h| used.iter().map(move |&b| &k[ks + at(h, b)..][..tile])).collect();
+            let values: Vec<&[f32]> =
+                (0..self.kv_heads).flat_map(|h| used.iter().map(move |&b| &v[vs + at(h, b)..][..tile])).collect();
+            tiles.push((keys, values));
+        }
+        let mut attending = Vec::with_capacity(items.len());
+        for (((cache, ids), q), (keys, values)) in items.iter().zip(&queries).zip(&tiles) {
             let shape = kernel::AttentionShape {
                 heads: self.heads,
                 kv_heads: self.kv_heads,
-                capacity: cache.stored(),
                 len: cache.len + ids.len(),
                 rows: ids.len(),
                 d,
             };
-            attending.push(kernel::Attending { q, k: &k[ks..ke], v: &v[vs..ve], shape });
+            attending.push(kernel::Attending { q, keys, values, shape });
         }
         let attended = kernel::attend_each(&attending, 1.0 / (d as f32).sqrt());
         Tensor::from_vec(attended, (rows, hidden), &self.device)

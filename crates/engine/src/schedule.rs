@@ -58,7 +58,7 @@ pub struct SeedWorkload {
 pub fn seed_workload() -> SeedWorkload {
     const LONG_SENTENCE: &str = "Source files define functions and their dependencies. ";
     let job = |id: &str, prompt: String, cap| JobSpec { id: id.into(), prompt, max_new_tokens: cap, arrival_ms: 0.0 };
-    let run = |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2 };
+    let run = |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2, kv_budget: None };
     SeedWorkload {
         jobs: vec![
             job("long-document", format!("{} Summarize the use of caching.", LONG_SENTENCE.repeat(24)), 16),
@@ -78,6 +78,12 @@ pub struct RunConfig {
     /// included); `None`: whole prompts in one step.
     pub chunk_size: Option<usize>,
     pub max_active: usize,
+    /// The KV cache's budget in positions (whole blocks of [`crate::kernel::TILE`], rounded
+    /// down), shared by every job: admission waits for blocks, and a step that needs more than
+    /// are free preempts the most recently admitted jobs. `None`: room for every job's whole
+    /// length at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_budget: Option<usize>,
 }
 
 /// One job's part of one step on the timeline. Times are milliseconds from the scheduler's
@@ -157,8 +163,10 @@ pub fn request_metrics(timeline: &[TimelineStep]) -> Vec<RequestMetrics> {
 pub struct Finished {
     pub job: String,
     pub reason: FinishReason,
-    /// Exact bytes of the job's KV cache (allocated for its prompt plus cap).
+    /// Bytes of the KV cache blocks its filled positions take at its end.
     pub kv_cache_bytes: usize,
+    /// How often it was preempted.
+    pub preemptions: usize,
 }
 
 /// The outcome of one scheduler run.
@@ -173,6 +181,20 @@ pub struct RunOutcome {
     pub overhead_ms: f64,
     /// The process's peak resident memory during the run (Linux; `None` elsewhere).
     pub peak_rss_bytes: Option<u64>,
+    /// The most bytes the jobs' KV caches held at once, and the pool's size (its budget).
+    pub peak_kv_bytes: usize,
+    pub kv_pool_bytes: usize,
+}
+
+/// Why a run cannot keep its KV budget.
+#[derive(Debug, thiserror::Error)]
+#[error("kv_budget {budget} positions holds {blocks} blocks of {tile}; job `{job}` needs {needs} for its prompt and cap: raise the budget to at least {} positions", needs * tile)]
+pub struct BudgetError {
+    pub budget: usize,
+    pub blocks: usize,
+    pub tile: usize,
+    pub job: String,
+    pub needs: usize,
 }
 
 /// Resets the kernel's resident-memory high-water mark, so the next reading covers what follows
@@ -192,10 +214,25 @@ fn peak_rss() -> Option<u64> {
 /// Runs `jobs` (in arrival order) to completion under `config`: each job is admitted once it
 /// has arrived and a slot is free, and the shared stepping loop ([`Stepper`]) steps it.
 pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOutcome, EngineError> {
+    let tile = crate::kernel::TILE;
+    let whole = |j: &Job| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile);
+    let blocks = match config.kv_budget {
+        Some(budget) => {
+            let blocks = budget / tile;
+            if let Some(job) = jobs.iter().find(|j| whole(j) > blocks) {
+                let needs = whole(job);
+                return Err(BudgetError { budget, blocks, tile, job: job.id.clone(), needs }.into());
+            }
+            blocks
+        }
+        None => jobs.iter().map(whole).sum(),
+    };
+    let pool = model.model.kv_pool(blocks)?;
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
     let mut pending = order.into_iter().peekable();
-    let mut stepper: Stepper<&Job> = Stepper::new(config.policy, config.chunk_size, config.max_active);
+    let mut stepper: Stepper<&Job> =
+        Stepper::new(config.policy, config.chunk_size, config.max_active).with_pool(pool.clone());
     let mut timeline = Vec::new();
     let mut finish = Vec::new();
     let mut in_forward = Duration::ZERO;
@@ -204,11 +241,15 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
 
     loop {
         let now_ms = since(start, Instant::now());
+        // Admitted in arrival order, each once it has arrived and its prompt's blocks are free.
         while stepper.has_room() {
-            match pending.next_if(|j| j.arrival_ms <= now_ms) {
-                Some(job) => stepper.admit(job, Session::new(model, job.prompt_ids.clone(), job.max_new_tokens)?),
-                None => break,
+            let Some(&job) = pending.peek().filter(|j| j.arrival_ms <= now_ms) else { break };
+            let session = Session::in_pool(model, &pool, job.prompt_ids.clone(), job.max_new_tokens)?;
+            if !stepper.fits(&session) {
+                break;
             }
+            pending.next();
+            stepper.admit(job, session);
         }
         if stepper.is_empty() {
             match pending.peek() {
@@ -238,7 +279,8 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         in_forward += stepped.times.ended - stepped.times.started;
         for (job, session) in stepped.finished {
             let reason = session.finish_reason().expect("a retired session has finished");
-            finish.push(Finished { job: job.id.clone(), reason, kv_cache_bytes: session.kv_cache_bytes() });
+            let (kv_cache_bytes, preemptions) = (session.kv_filled_bytes(), session.preemptions());
+            finish.push(Finished { job: job.id.clone(), reason, kv_cache_bytes, preemptions });
         }
     }
     let total = start.elapsed();
@@ -249,6 +291,8 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         elapsed_ms,
         overhead_ms: round_ms((total - in_forward.min(total)).as_nanos() as f64 / 1e6),
         peak_rss_bytes: peak_rss(),
+        peak_kv_bytes: pool.peak_bytes(),
+        kv_pool_bytes: pool.blocks() * pool.block_bytes(),
     })
 }
 

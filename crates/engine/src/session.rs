@@ -1,15 +1,18 @@
 //! The generation engine: one [`Session`] per request, owning its KV cache, advanced one step at
 //! a time by whoever schedules it.
 //!
-//! A step is either a prefill chunk of the prompt (any length, at its position offset) or one
-//! decode token. Decoding is greedy: a step asks the model for ids, not logits, and a prefill
-//! chunk that does not end its prompt skips the head. Sessions share the model's weights and
-//! each owns a KV cache allocated once for its whole length (prompt plus cap), so sessions are
-//! independent and a step never copies the cache.
+//! A step is either a prefill chunk (any length, at its position offset) or one decode token.
+//! Decoding is greedy: a step asks the model for ids, not logits, and a prefill chunk that does
+//! not end the prompt skips the head. Sessions share the model's weights; each owns a cache, in a
+//! pool of its own allocated for its whole length (prompt plus cap), or in a pool shared with
+//! other sessions, taking blocks as it fills ([`crate::qwen::KvPool`]). A session in a shared pool
+//! can be preempted: its blocks are given back and it is later prefilled again from position 0
+//! over its prompt and the tokens it had generated, which gives the cache the same bits (a row
+//! computes the same in any chunk), so it goes on to generate the same ids.
 
 use crate::load::LoadedModel;
 use crate::policy::Candidate;
-use crate::qwen::{Cache, Qwen2};
+use crate::qwen::{Cache, KvPool, Qwen2};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +30,9 @@ pub enum EngineError {
     /// A wait the run was asked for that no clock can keep (see [`supply::manifest::seconds`]).
     #[error(transparent)]
     Wait(#[from] supply::manifest::Invalid),
+    /// A KV budget too small for a job.
+    #[error(transparent)]
+    Budget(#[from] crate::schedule::BudgetError),
 }
 
 /// Why a session ended.
@@ -57,23 +63,48 @@ pub struct StepOutcome {
 pub enum StepKind {
     Prefill,
     Decode,
+    /// Not a forward: the session's blocks were given back to its pool (preempted), and its next
+    /// steps prefill again from position 0 over its prompt and the tokens it had generated.
+    Preempt,
 }
 
 /// One request's generation state.
 pub struct Session {
     model: Arc<Qwen2>,
     cache: Cache,
-    prompt: Vec<u32>,
-    prefilled: usize,
-    output: Vec<u32>,
+    /// The prompt, then the tokens generated.
+    tokens: Vec<u32>,
+    prompt_len: usize,
     max_new_tokens: usize,
     stop_ids: Vec<u32>,
     finished: Option<FinishReason>,
+    preemptions: usize,
 }
 
 impl Session {
-    /// A fresh session (empty cache) for `prompt` with a cap of `max_new_tokens`.
+    /// A fresh session for `prompt` with a cap of `max_new_tokens`, its cache for the whole
+    /// length in a pool of its own (it never waits for memory).
     pub fn new(model: &LoadedModel, prompt: Vec<u32>, max_new_tokens: usize) -> Result<Self, EngineError> {
+        let length = Self::length(model, &prompt, max_new_tokens)?;
+        let cache = model.model.new_cache(length)?;
+        Ok(Self::with_cache(model, cache, prompt, max_new_tokens))
+    }
+
+    /// A fresh session whose cache takes blocks from `pool` as it fills: whoever steps it checks
+    /// that the pool has them ([`Session::blocks_needed`]).
+    pub fn in_pool(
+        model: &LoadedModel,
+        pool: &Arc<KvPool>,
+        prompt: Vec<u32>,
+        max_new_tokens: usize,
+    ) -> Result<Self, EngineError> {
+        let length = Self::length(model, &prompt, max_new_tokens)?;
+        let cache = model.model.cache_in(pool, length);
+        Ok(Self::with_cache(model, cache, prompt, max_new_tokens))
+    }
+
+    /// The positions a session needs (prompt plus cap), checked against the model's context.
+    fn length(model: &LoadedModel, prompt: &[u32], max_new_tokens: usize) -> Result<usize, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -83,20 +114,23 @@ impl Session {
         let context = model.config.max_position_embeddings;
         // Checked: the cap may come from a client or a manifest, and a wrapped sum would pass.
         let length = prompt.len().checked_add(max_new_tokens).filter(|&n| n <= context);
-        let Some(length) = length else {
-            return Err(EngineError::TooLong { prompt: prompt.len(), max_new: max_new_tokens, context });
-        };
-        let cache = model.model.new_cache(length)?;
-        Ok(Session {
+        length.ok_or(EngineError::TooLong { prompt: prompt.len(), max_new: max_new_tokens, context })
+    }
+
+    fn with_cache(model: &LoadedModel, cache: Cache, prompt: Vec<u32>, max_new_tokens: usize) -> Self {
+        let prompt_len = prompt.len();
+        let mut tokens = prompt;
+        tokens.reserve(max_new_tokens);
+        Session {
             model: model.model.clone(),
             cache,
-            prompt,
-            prefilled: 0,
-            output: Vec::with_capacity(max_new_tokens),
+            tokens,
+            prompt_len,
             max_new_tokens,
             stop_ids: model.stop_ids.clone(),
             finished: None,
-        })
+            preemptions: 0,
+        }
     }
 
     /// The same session, generating up to its cap whatever tokens the model emits (vLLM's
@@ -115,20 +149,31 @@ impl Session {
     }
 
     pub fn prompt_len(&self) -> usize {
-        self.prompt.len()
+        self.prompt_len
     }
 
     pub fn prompt(&self) -> &[u32] {
-        &self.prompt
-    }
-
-    /// Prompt tokens not yet prefilled.
-    pub fn prefill_remaining(&self) -> usize {
-        self.prompt.len() - self.prefilled
+        &self.tokens[..self.prompt_len]
     }
 
     pub fn output(&self) -> &[u32] {
-        &self.output
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// How often it was preempted.
+    pub fn preemptions(&self) -> usize {
+        self.preemptions
+    }
+
+    /// The positions its cache must hold before it decodes: its prompt, and after a preemption
+    /// the tokens it had generated but the last (which the next decode step feeds).
+    fn prefill_target(&self) -> usize {
+        self.prompt_len + self.output().len().saturating_sub(1)
+    }
+
+    /// Positions still to prefill (its prompt's, or after a preemption its whole history's).
+    pub fn prefill_remaining(&self) -> usize {
+        self.prefill_target().saturating_sub(self.cache.len())
     }
 
     /// Where this session's cache ends now; a step that failed can be undone back to it with
@@ -144,15 +189,49 @@ impl Session {
     /// What a scheduling policy may look at.
     pub(crate) fn candidate(&self) -> Candidate {
         Candidate {
-            prompt_tokens: self.prompt.len(),
+            prompt_tokens: self.prompt_len,
             prefill_remaining: self.prefill_remaining(),
-            generated: self.output.len(),
+            generated: self.output().len(),
         }
     }
 
-    /// Bytes of this session's KV cache (allocated for prompt plus cap at creation).
+    /// Bytes of the blocks its KV cache holds.
     pub fn kv_cache_bytes(&self) -> usize {
         self.cache.bytes()
+    }
+
+    /// Bytes of the blocks the positions its cache has filled take (whole blocks): what it
+    /// needed, whatever it took ahead.
+    pub fn kv_filled_bytes(&self) -> usize {
+        self.cache.len().div_ceil(crate::kernel::TILE) * self.model.block_bytes()
+    }
+
+    /// Blocks its cache must take for its next step with prefill limit `chunk`.
+    pub fn blocks_needed(&self, chunk: Option<usize>) -> usize {
+        self.cache.blocks_for(self.plan(chunk).tokens)
+    }
+
+
+    /// Takes from its pool the blocks its next step with prefill limit `chunk` needs
+    /// ([`Session::blocks_needed`]); false, taking none, when the pool has too few.
+    pub fn reserve_next(&mut self, chunk: Option<usize>) -> bool {
+        let tokens = self.plan(chunk).tokens;
+        self.cache.reserve(tokens).is_ok()
+    }
+
+    /// Blocks its whole length (prompt plus cap) takes: more than its pool has, and it can never
+    /// finish there.
+    pub fn blocks_at_most(&self) -> usize {
+        self.cache.capacity().div_ceil(crate::kernel::TILE)
+    }
+
+    /// Gives its cache's blocks back to the pool; its next steps prefill its prompt and the
+    /// tokens it had generated again from position 0. Returns the step that says so.
+    pub fn preempt(&mut self) -> StepOutcome {
+        let position = self.cache.len();
+        self.cache.clear();
+        self.preemptions += 1;
+        StepOutcome { kind: StepKind::Preempt, tokens: 0, position, token: None }
     }
 
     /// Runs the next step: a prefill chunk of at most `chunk` tokens (the whole remaining prompt
@@ -161,38 +240,36 @@ impl Session {
         Ok(step_batch(&mut [self], &[chunk])?.remove(0))
     }
 
-    /// What the next step feeds.
+    /// What the next step feeds: a chunk of what it has not prefilled yet, else its last token.
     fn plan(&self, chunk: Option<usize>) -> Plan {
         debug_assert!(!self.is_finished(), "stepping a finished session");
-        debug_assert_eq!(self.prefilled + self.output.len().saturating_sub(1), self.cache.len());
-        if self.prefilled < self.prompt.len() {
-            let n = chunk.unwrap_or(usize::MAX).max(1).min(self.prompt.len() - self.prefilled);
-            Plan { kind: StepKind::Prefill, tokens: n, position: self.prefilled }
+        let (computed, target) = (self.cache.len(), self.prefill_target());
+        if computed < target {
+            let n = chunk.unwrap_or(usize::MAX).max(1).min(target - computed);
+            Plan { kind: StepKind::Prefill, tokens: n, position: computed }
         } else {
-            Plan { kind: StepKind::Decode, tokens: 1, position: self.prompt.len() + self.output.len() - 1 }
+            debug_assert_eq!(computed, self.tokens.len() - 1, "a decoding cache holds all but the last token");
+            Plan { kind: StepKind::Decode, tokens: 1, position: computed }
         }
     }
 
     /// Whether the step `plan` generates a token: every decode step does, and the prefill chunk
-    /// that ends the prompt.
+    /// that ends the prompt (a prefill after a preemption ends where a token is already known).
     fn produces_token(&self, plan: &Plan) -> bool {
         match plan.kind {
-            StepKind::Prefill => plan.position + plan.tokens == self.prompt.len(),
-            StepKind::Decode => true,
+            StepKind::Prefill => plan.position + plan.tokens == self.prefill_target() && self.output().is_empty(),
+            StepKind::Decode | StepKind::Preempt => true,
         }
     }
 
     /// Records the step `plan` and the token it generated (its greedy id, when it produces one).
     fn accept(&mut self, plan: Plan, token: Option<u32>) -> StepOutcome {
         debug_assert_eq!(token.is_some(), self.produces_token(&plan));
-        if plan.kind == StepKind::Prefill {
-            self.prefilled += plan.tokens;
-        }
         if let Some(t) = token {
-            self.output.push(t);
+            self.tokens.push(t);
             if self.stop_ids.contains(&t) {
                 self.finished = Some(FinishReason::Stop);
-            } else if self.output.len() >= self.max_new_tokens {
+            } else if self.output().len() >= self.max_new_tokens {
                 self.finished = Some(FinishReason::Length);
             }
         }
@@ -223,12 +300,8 @@ pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Re
             .iter_mut()
             .zip(&plans)
             .map(|(s, plan)| {
-                let Session { cache, prompt, output, .. } = &mut **s;
-                let input = match plan.kind {
-                    StepKind::Prefill => &prompt[plan.position..plan.position + plan.tokens],
-                    StepKind::Decode => &output[output.len() - 1..],
-                };
-                (cache, input)
+                let Session { cache, tokens, .. } = &mut **s;
+                (cache, &tokens[plan.position..plan.position + plan.tokens])
             })
             .collect();
         model.greedy_batch(&mut items, &wanted)?

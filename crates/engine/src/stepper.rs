@@ -7,6 +7,14 @@
 //! stepped request's outcome, and finished requests retire and are handed back. A request that
 //! joins while others decode takes part in the very next step.
 //!
+//! With a shared KV pool ([`Stepper::with_pool`]) the loop also keeps the memory budget: a
+//! request is admitted only when the pool has the blocks for its first step ([`Stepper::fits`],
+//! as vLLM admits by the blocks of the tokens it schedules), and when a step needs more blocks
+//! than are free, the most recently
+//! admitted requests are preempted (their blocks given back, as vLLM does by recompute) until it
+//! fits; they wait, ahead of new requests, and resume with a prefill of their history when blocks
+//! are free again. Each preemption reaches the driver as a step of kind `Preempt`.
+//!
 //! A step that fails (an engine error, or a panic inside the forward) fails only the requests
 //! that cause it: when a batched step fails, each of its requests is stepped again alone from
 //! where it was (the failed forward's partial cache writes are forgotten, and a row computes the
@@ -14,6 +22,7 @@
 //! others go on as if the step had succeeded.
 
 use crate::policy::{Candidate, Policy};
+use crate::qwen::KvPool;
 use crate::session::{step_batch, EngineError, Session, StepOutcome};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -47,6 +56,10 @@ pub struct Stepper<T> {
     max_active: usize,
     /// In admission order.
     active: Vec<(T, Session)>,
+    /// Preempted requests, oldest admission first: they resume before anything new is admitted.
+    preempted: std::collections::VecDeque<(T, Session)>,
+    /// The shared pool the sessions' caches take blocks from, when there is a budget to keep.
+    pool: Option<Arc<KvPool>>,
     /// The round-robin cursor: the index of the request after the one stepped last.
     cursor: usize,
     hook: Option<StepHook>,
@@ -57,7 +70,37 @@ impl<T> Stepper<T> {
     /// with at most `max_active` requests admitted (at least one).
     pub fn new(policy: Policy, chunk: Option<usize>, max_active: usize) -> Self {
         let max_active = max_active.max(1);
-        Stepper { policy, chunk, max_active, active: Vec::with_capacity(max_active), cursor: 0, hook: None }
+        Stepper {
+            policy,
+            chunk,
+            max_active,
+            active: Vec::with_capacity(max_active),
+            preempted: Default::default(),
+            pool: None,
+            cursor: 0,
+            hook: None,
+        }
+    }
+
+    /// Keeps the budget of `pool`, which the admitted sessions' caches share
+    /// ([`Session::in_pool`]).
+    pub fn with_pool(mut self, pool: Arc<KvPool>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Whether `session` may be admitted now as far as memory goes: no preempted request is
+    /// waiting to resume, and the pool has the blocks for its first step.
+    pub fn fits(&self, session: &Session) -> bool {
+        match &self.pool {
+            None => true,
+            Some(pool) => self.preempted.is_empty() && session.blocks_needed(self.chunk) <= pool.free_blocks(),
+        }
+    }
+
+    /// Whether `session` could ever finish under the budget: its whole length fits the pool.
+    pub fn could_fit(&self, session: &Session) -> bool {
+        self.pool.as_ref().is_none_or(|pool| session.blocks_at_most() <= pool.blocks())
     }
 
     /// Installs the test seam (see [`StepHook`]).
@@ -66,17 +109,26 @@ impl<T> Stepper<T> {
         self
     }
 
+    /// Whether fewer than `max_active` requests are admitted (preempted ones count: they hold a
+    /// place to resume in).
     pub fn has_room(&self) -> bool {
-        self.active.len() < self.max_active
+        self.active.len() + self.preempted.len() < self.max_active
     }
 
     pub fn is_empty(&self) -> bool {
-        self.active.is_empty()
+        self.active.is_empty() && self.preempted.is_empty()
     }
 
     /// Admits a request; it takes part in the next step its policy gives it. With no room (the
     /// driver checks [`Stepper::has_room`]) it still joins: the bound is the driver's to keep.
-    pub fn admit(&mut self, tag: T, session: Session) {
+    /// Under a budget it takes at once the blocks for its first step (so no later admission
+    /// takes them from it), or, when they are not free ([`Stepper::fits`]), waits among the
+    /// preempted.
+    pub fn admit(&mut self, tag: T, mut session: Session) {
+        if self.pool.is_some() && !session.reserve_next(self.chunk) {
+            self.preempted.push_back((tag, session));
+            return;
+        }
         self.active.push((tag, session));
     }
 
@@ -84,19 +136,62 @@ impl<T> Stepper<T> {
     /// round-robin cursor keeps pointing at the same next request.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> Vec<(T, Session)> {
         let gone: Vec<usize> = (0..self.active.len()).filter(|&i| !keep(&self.active[i].0)).collect();
-        self.remove(&gone)
+        let mut removed = self.remove(&gone);
+        let (stay, leave): (Vec<_>, Vec<_>) = self.preempted.drain(..).partition(|(tag, _)| keep(tag));
+        self.preempted = stay.into();
+        removed.extend(leave);
+        removed
+    }
+
+    /// Makes room in the pool for the step that `plan` gives: resumes waiting requests that fit,
+    /// then preempts the most recently admitted requests while the step needs more blocks than
+    /// are free (each reported through `on_step` as a `Preempt` step). Returns the plan to run.
+    fn plan_within_budget(
+        &mut self,
+        on_step: &mut impl FnMut(&mut T, &Session, &StepOutcome, &StepTimes),
+    ) -> Vec<(usize, Option<usize>)> {
+        let Some(pool) = self.pool.clone() else {
+            let candidates: Vec<Candidate> = self.active.iter().map(|(_, s)| s.candidate()).collect();
+            return self.policy.plan(&candidates, self.cursor, self.chunk);
+        };
+        while self.active.len() < self.max_active
+            && self.preempted.front_mut().is_some_and(|(_, s)| s.reserve_next(self.chunk))
+        {
+            let resumed = self.preempted.pop_front().expect("a preempted request");
+            self.active.push(resumed);
+        }
+        loop {
+            if self.active.is_empty() {
+                return Vec::new();
+            }
+            let candidates: Vec<Candidate> = self.active.iter().map(|(_, s)| s.candidate()).collect();
+            let plan = self.policy.plan(&candidates, self.cursor, self.chunk);
+            let needed: usize = plan.iter().map(|&(i, chunk)| self.active[i].1.blocks_needed(chunk)).sum();
+            // A request alone always fits: it is admitted only if its whole length does.
+            if needed <= pool.free_blocks() || self.active.len() == 1 {
+                return plan;
+            }
+            // The most recently admitted request that holds blocks gives them back.
+            let Some(last) = (0..self.active.len()).rev().find(|&i| self.active[i].1.kv_cache_bytes() > 0) else {
+                return plan;
+            };
+            let (mut tag, mut session) = self.remove(&[last]).pop().expect("one request removed");
+            let outcome = session.preempt();
+            let now = Instant::now();
+            on_step(&mut tag, &session, &outcome, &StepTimes { started: now, ended: now, batch: 0 });
+            self.preempted.push_front((tag, session));
+        }
     }
 
     /// Runs one step. `on_step` sees every stepped request's outcome, in admission order, with
     /// the step's times, before the finished and failed ones are handed back.
     pub fn step(&mut self, mut on_step: impl FnMut(&mut T, &Session, &StepOutcome, &StepTimes)) -> Stepped<T> {
+        let plan = self.plan_within_budget(&mut on_step);
         let started = Instant::now();
-        if self.active.is_empty() {
+        if plan.is_empty() {
             let times = StepTimes { started, ended: started, batch: 0 };
             return Stepped { times, finished: Vec::new(), failed: Vec::new() };
         }
-        let candidates: Vec<Candidate> = self.active.iter().map(|(_, s)| s.candidate()).collect();
-        let plan = self.policy.plan(&candidates, self.cursor, self.chunk);
         debug_assert!(plan.windows(2).all(|w| w[0].0 < w[1].0), "a plan lists requests in admission order");
         let stepped: Vec<usize> = plan.iter().map(|p| p.0).collect();
         let chunks: Vec<Option<usize>> = plan.iter().map(|p| p.1).collect();
@@ -191,6 +286,7 @@ fn guarded(
 mod tests {
     use super::*;
     use crate::load::LoadedModel;
+    use crate::session::StepKind;
 
     fn tiny() -> (tempfile::TempDir, LoadedModel) {
         let tmp = tempfile::tempdir().unwrap();
@@ -270,6 +366,53 @@ mod tests {
         // The first step held both; `a` went on alone, with the ids it computes without the fault.
         assert_eq!(batches, [2, 1, 1, 1]);
         assert_eq!(output, clean);
+    }
+
+    #[test]
+    fn under_a_budget_the_latest_request_is_preempted_resumes_and_computes_the_same_ids() {
+        let (_tmp, model) = tiny();
+        let prompts: Vec<Vec<u32>> = (0..3u32).map(|i| (1..=70 + 5 * i).collect()).collect();
+        // Each job: a prompt past one block and a cap that crosses into a third.
+        let run = |pool: Option<usize>| {
+            let mut s = Stepper::new(Policy::Batched, Some(16), 3);
+            let kv = pool.map(|blocks| model.model.kv_pool(blocks).unwrap());
+            if let Some(kv) = &kv {
+                s = s.with_pool(kv.clone());
+            }
+            for (i, p) in prompts.iter().enumerate() {
+                let session = match &kv {
+                    Some(kv) => Session::in_pool(&model, kv, p.clone(), 70).unwrap(),
+                    None => Session::new(&model, p.clone(), 70).unwrap(),
+                }
+                .without_stop_ids();
+                assert!(s.could_fit(&session) && s.has_room());
+                s.admit(i, session);
+            }
+            let (mut preempted, mut outputs) = (Vec::new(), vec![Vec::new(); 3]);
+            while !s.is_empty() {
+                let stepped = s.step(|tag, _, outcome, times| {
+                    if outcome.kind == StepKind::Preempt {
+                        assert_eq!(times.batch, 0);
+                        preempted.push(*tag);
+                    }
+                });
+                if let Some(kv) = &kv {
+                    assert!(kv.used_blocks() <= kv.blocks());
+                }
+                for (tag, session) in stepped.finished {
+                    outputs[tag] = session.output().to_vec();
+                }
+            }
+            (outputs, preempted, kv.map(|kv| kv.peak_bytes()))
+        };
+        let (free, none, _) = run(None);
+        assert!(none.is_empty());
+        // Six blocks: the three together need nine at the end.
+        let (tight, preempted, peak) = run(Some(6));
+        assert_eq!(tight, free, "preemption changes no id");
+        assert!(!preempted.is_empty(), "some request was preempted");
+        assert!(preempted.iter().all(|&t| t > 0), "the first admitted is never the one preempted: {preempted:?}");
+        assert!(peak.unwrap() <= 6 * model.model.block_bytes());
     }
 
     #[test]

@@ -10,14 +10,15 @@ use rayon::prelude::*;
 
 /// New positions of one session to attend over its cache ([`attend_each`]): the last
 /// `shape.rows` of the `shape.len` filled positions (their keys and values already stored). `q`
-/// is their queries, `rows × heads × d`; `k` is one layer's keys in tiles of [`TILE`] positions,
-/// `kv_heads × (capacity / TILE) × d × TILE` (per KV head and tile, one row per dimension, the
-/// tile's positions along it; see [`store_keys`]); `v` its values, `kv_heads × capacity × d`.
-/// `capacity` is a whole number of tiles.
+/// is their queries, `rows × heads × d`; `keys` and `values` are its tiles of [`TILE`]
+/// positions covering the filled ones, KV head by KV head (`kv_heads × tiles` slices, tile `t`
+/// of head `h` at `h · tiles + t`): a tile of keys is `d × TILE` values, one row per dimension
+/// with the tile's positions along it ([`store_keys`]); a tile of values `TILE × d`, position
+/// by position ([`store_values`]).
 pub struct Attending<'a> {
     pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub keys: &'a [&'a [f32]],
+    pub values: &'a [&'a [f32]],
     pub shape: AttentionShape,
 }
 
@@ -49,12 +50,13 @@ pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
     let groups = heads / kv_heads;
     let mut offsets = Vec::with_capacity(items.len());
     let mut total = 0;
-    for Attending { q, k, v, shape } in items {
-        let AttentionShape { capacity, len, rows, .. } = *shape;
+    for Attending { q, keys, values, shape } in items {
+        let AttentionShape { len, rows, .. } = *shape;
         assert!((shape.heads, shape.kv_heads, shape.d) == (heads, kv_heads, d), "attend_each: one model's heads");
-        assert!(heads.is_multiple_of(kv_heads) && rows >= 1 && rows <= len && len <= capacity, "attend_each: shape");
-        assert!(q.len() == rows * heads * d && k.len() == kv_heads * capacity * d && v.len() == k.len());
-        assert!(capacity.is_multiple_of(TILE), "attend_each: a capacity of whole tiles");
+        assert!(heads.is_multiple_of(kv_heads) && rows >= 1 && rows <= len, "attend_each: shape");
+        let tiles = len.div_ceil(TILE);
+        assert!(q.len() == rows * heads * d && keys.len() == kv_heads * tiles && values.len() == keys.len());
+        assert!(keys.iter().chain(values.iter()).all(|t| t.len() == TILE * d), "attend_each: whole tiles");
         offsets.push(total);
         total += rows * heads * d;
     }
@@ -78,11 +80,13 @@ pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
         rest = tail;
     }
     parts.into_par_iter().zip(&tasks).for_each(|(out, &(i, h, r0, n))| {
-        let Attending { q, k, v, shape } = &items[i];
-        let AttentionShape { capacity, len, rows, .. } = *shape;
+        let Attending { q, keys, values, shape } = &items[i];
+        let AttentionShape { len, rows, .. } = *shape;
         let first_position = len - rows + r0;
-        let keys = &k[h * capacity * d..(h * capacity + (first_position + n).next_multiple_of(TILE)) * d];
-        let values = &v[h * capacity * d..(h * capacity + first_position + n) * d];
+        // This KV head's tiles up to the block's last row.
+        let (tiles, seen) = (len.div_ceil(TILE), (first_position + n).div_ceil(TILE));
+        let keys = &keys[h * tiles..h * tiles + seen];
+        let values = &values[h * tiles..h * tiles + seen];
         // The block's queries of this KV head's group: each row's `groups × d`, a row of all the
         // heads apart.
         let q = &q[(r0 * heads + h * groups) * d..];
@@ -105,14 +109,14 @@ pub fn attend_each(items: &[Attending], scale: f32) -> Vec<f32> {
 
 compiled_for_vectors!(
     /// One task of [`attend_each`]: `rows` query rows (each `groups × d` values of `q`, rows
-    /// `q_stride` apart; the first at `first_position`) over one KV head's `keys` (tiles) and
+    /// `q_stride` apart; the first at `first_position`) over one KV head's tiles of `keys` and
     /// `values` up to the last row's position; `out` (zeroed, `rows × groups × d`) gets their
     /// outputs.
     fn attend_block(
         q: &[f32],
         q_stride: usize,
-        keys: &[f32],
-        values: &[f32],
+        keys: &[&[f32]],
+        values: &[&[f32]],
         d: usize,
         rows: usize,
         first_position: usize,
@@ -126,8 +130,8 @@ compiled_for_vectors!(
 pub(super) fn attend_block_with(
     q: &[f32],
     q_stride: usize,
-    keys: &[f32],
-    values: &[f32],
+    keys: &[&[f32]],
+    values: &[&[f32]],
     d: usize,
     rows: usize,
     first_position: usize,
@@ -139,17 +143,19 @@ pub(super) fn attend_block_with(
     let mut maxes = vec![f32::NEG_INFINITY; rows * groups];
     let mut sums = vec![0f32; rows * groups];
     let end = first_position + rows;
-    for start in (0..end).step_by(TILE) {
+    for (t, start) in (0..end).step_by(TILE).enumerate() {
         let tile = Tile {
-            keys: &keys[start * d..(start + TILE) * d],
-            values: &values[start * d..(start + TILE).min(end) * d],
+            keys: keys[t],
+            values: &values[t][..((start + TILE).min(end) - start) * d],
             d,
             groups,
             q_stride,
             scale,
         };
-        prefetch_tile(keys, start + TILE, d);
-        prefetch_tile(values, start + TILE, d);
+        if let (Some(next_keys), Some(next_values)) = (keys.get(t + 1), values.get(t + 1)) {
+            prefetch(next_keys);
+            prefetch(next_values);
+        }
         if start + TILE <= first_position + 1 {
             // Every row of the block sees the whole tile: all its vectors in one sweep.
             tile.sweep(q, 0..rows * groups, TILE, &mut maxes, &mut sums, out);
@@ -281,21 +287,35 @@ fn rescale(o: &mut [f32], by: f32) {
     o.iter_mut().for_each(|v| *v *= by);
 }
 
-/// Writes the keys of positions `pos..pos + n` into one layer's keys in tiles ([`attend_each`]'s
-/// layout, `keys.len() / (kv_heads · d)` positions per KV head): `new` is `kv_heads × n × d`, as
-/// the projection computes them. Position `p`'s dimension `i` goes to row `i` of tile `p / TILE`,
-/// at `p % TILE`.
-pub(crate) fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
-    let (capacity, n) = (keys.len() / (kv_heads * d), new.len() / (kv_heads * d));
-    assert!(keys.len() == kv_heads * capacity * d && new.len() == kv_heads * n * d, "store_keys: shapes do not agree");
-    assert!(capacity.is_multiple_of(TILE) && pos + n <= capacity, "store_keys: positions past the capacity");
+/// Writes the keys of positions `pos..pos + n` into one layer's keys in a pool of blocks: `new` is
+/// `kv_heads × n × d`, as the projection computes them; position `p` goes to block
+/// `blocks[p / TILE]`, whose keys for KV head `h` are a tile of `d × TILE` values at
+/// `(block · kv_heads + h) · d · TILE`, dimension `i` in row `i`, at column `p % TILE`.
+pub(crate) fn store_keys(keys: &mut [f32], blocks: &[u32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
+    let n = new.len() / (kv_heads * d);
+    assert!(new.len() == kv_heads * n * d && (pos + n).div_ceil(TILE) <= blocks.len(), "store_keys: shapes");
     for (h, head) in new.chunks_exact(n * d).enumerate() {
         for (t, key) in head.chunks_exact(d).enumerate() {
             let p = pos + t;
-            let tile = &mut keys[(h * capacity + p / TILE * TILE) * d..][..d * TILE];
+            let tile = &mut keys[(blocks[p / TILE] as usize * kv_heads + h) * d * TILE..][..d * TILE];
             for (i, value) in key.iter().enumerate() {
                 tile[i * TILE + p % TILE] = *value;
             }
+        }
+    }
+}
+
+/// Writes the values of positions `pos..pos + n` into one layer's values in a pool of blocks:
+/// `new` is `kv_heads × n × d`; position `p`'s values for KV head `h` go to row `p % TILE` of the
+/// `TILE × d` tile at `(blocks[p / TILE] · kv_heads + h) · TILE · d`.
+pub(crate) fn store_values(values: &mut [f32], blocks: &[u32], new: &[f32], kv_heads: usize, d: usize, pos: usize) {
+    let n = new.len() / (kv_heads * d);
+    assert!(new.len() == kv_heads * n * d && (pos + n).div_ceil(TILE) <= blocks.len(), "store_values: shapes");
+    for (h, head) in new.chunks_exact(n * d).enumerate() {
+        for (t, value) in head.chunks_exact(d).enumerate() {
+            let p = pos + t;
+            let tile = (blocks[p / TILE] as usize * kv_heads + h) * TILE * d;
+            values[tile + p % TILE * d..][..d].copy_from_slice(value);
         }
     }
 }
@@ -305,7 +325,6 @@ pub(crate) fn store_keys(keys: &mut [f32], new: &[f32], kv_heads: usize, d: usiz
 pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,
-    pub capacity: usize,
     /// Filled positions, the new ones included.
     pub len: usize,
     /// New positions: the last `rows` of the `len`, whose queries attend.
@@ -346,13 +365,11 @@ pub(super) fn exp(x: f32) -> f32 {
     }
 }
 
-/// Asks for the tile of positions from `next` on (as many as `rows`, `d` values a position, holds)
-/// while the previous tile's are multiplied. Why: the hardware prefetcher alone left each tile's
-/// first loads waiting on memory; measured at context 4096, the 24 layers' attention of one
-/// session took 2.41-2.52 ms with this against 2.88-3.25 ms without.
+/// Asks for the next tile of keys or values while this one's are multiplied. Why: the hardware
+/// prefetcher alone left each tile's first loads waiting on memory; measured at context 4096, the
+/// 24 layers' attention of one session took 2.41-2.52 ms with this against 2.88-3.25 ms without.
 #[inline(always)]
-pub(super) fn prefetch_tile(rows: &[f32], next: usize, d: usize) {
-    let tile = &rows[(next * d).min(rows.len())..((next + TILE) * d).min(rows.len())];
+pub(super) fn prefetch(tile: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     for line in tile.chunks(CACHE_LINE / std::mem::size_of::<f32>()) {
         // SAFETY: a prefetch reads nothing; it only hints at an address inside a live slice.

@@ -37,7 +37,7 @@ pub(crate) mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub(crate) use attention::store_keys;
+pub(crate) use attention::{store_keys, store_values};
 pub use attention::{attend_each, Attending, AttentionShape, TILE};
 pub use int::int_products;
 pub use linear::{linear, Layout, Weight};

@@ -226,38 +226,61 @@ fn the_256_and_512_bit_paths_compute_the_same_bits() {
     }
 }
 
-/// One session's cache for the attention tests: `len` filled positions (keys in tiles), and the
-/// queries of its last `rows`.
+/// One session's cache for the attention tests: `len` filled positions in blocks of a pool laid
+/// out backwards (so that a tile's block is not its index), and the queries of its last `rows`.
 struct Session {
     q: Vec<f32>,
     plain_keys: Vec<f32>,
+    plain_values: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    blocks: Vec<u32>,
     shape: AttentionShape,
 }
 
 fn session(heads: usize, kv_heads: usize, d: usize, len: usize, rows: usize, seed: u32) -> Session {
-    let capacity = len.next_multiple_of(TILE);
-    let (q, plain_keys, v) = (
-        data(rows * heads * d, seed),
-        data(kv_heads * capacity * d, seed + 1),
-        data(kv_heads * capacity * d, seed + 2),
-    );
-    let mut k = vec![0f32; kv_heads * capacity * d];
-    store_keys(&mut k, &plain_keys, kv_heads, d, 0);
-    Session { q, plain_keys, k, v, shape: AttentionShape { heads, kv_heads, capacity, len, rows, d } }
+    let tiles = len.div_ceil(TILE);
+    // Keys and values as computed: `kv_heads × len × d`.
+    let (q, plain_keys, plain_values) =
+        (data(rows * heads * d, seed), data(kv_heads * len * d, seed + 1), data(kv_heads * len * d, seed + 2));
+    let blocks: Vec<u32> = (0..tiles as u32).rev().collect();
+    let mut k = vec![0f32; tiles * kv_heads * d * TILE];
+    let mut v = vec![0f32; tiles * kv_heads * TILE * d];
+    store_keys(&mut k, &blocks, &plain_keys, kv_heads, d, 0);
+    store_values(&mut v, &blocks, &plain_values, kv_heads, d, 0);
+    Session { q, plain_keys, plain_values, k, v, blocks, shape: AttentionShape { heads, kv_heads, len, rows, d } }
 }
 
 impl Session {
-    fn item(&self) -> Attending<'_> {
-        Attending { q: &self.q, k: &self.k, v: &self.v, shape: self.shape }
+    /// Its tiles of keys and of values, KV head by KV head, for its first `len` positions.
+    fn tiles(&self, len: usize) -> (Vec<&[f32]>, Vec<&[f32]>) {
+        let AttentionShape { kv_heads, d, .. } = self.shape;
+        let used = &self.blocks[..len.div_ceil(TILE)];
+        let at = |h: usize, b: u32| (b as usize * kv_heads + h) * TILE * d;
+        let keys = (0..kv_heads).flat_map(|h| used.iter().map(move |&b| &self.k[at(h, b)..][..TILE * d])).collect();
+        let values = (0..kv_heads).flat_map(|h| used.iter().map(move |&b| &self.v[at(h, b)..][..TILE * d])).collect();
+        (keys, values)
     }
 
-    /// Its rows `from..to` (of its `rows`) as an item of their own: what a chunk of them sees.
-    fn rows(&self, from: usize, to: usize) -> Attending<'_> {
+    /// Attention of its rows `from..to` (of its `rows`) as an item of their own: what a chunk of
+    /// them computes.
+    fn attend(&self, from: usize, to: usize, scale: f32) -> Vec<f32> {
         let AttentionShape { heads, d, len, rows, .. } = self.shape;
-        let shape = AttentionShape { len: len - rows + to, rows: to - from, ..self.shape };
-        Attending { q: &self.q[from * heads * d..to * heads * d], k: &self.k, v: &self.v, shape }
+        let len = len - rows + to;
+        let (keys, values) = self.tiles(len);
+        let shape = AttentionShape { len, rows: to - from, ..self.shape };
+        let q = &self.q[from * heads * d..to * heads * d];
+        attend_each(&[Attending { q, keys: &keys, values: &values, shape }], scale)
+    }
+
+    fn key(&self, kv: usize, j: usize) -> &[f32] {
+        let AttentionShape { len, d, .. } = self.shape;
+        &self.plain_keys[(kv * len + j) * d..][..d]
+    }
+
+    fn value(&self, kv: usize, j: usize) -> &[f32] {
+        let AttentionShape { len, d, .. } = self.shape;
+        &self.plain_values[(kv * len + j) * d..][..d]
     }
 }
 
@@ -268,25 +291,20 @@ fn attention_matches_a_plain_f64_causal_softmax() {
     // start inside tiles and span blocks of rows.
     for (d, len, rows) in [(16, 37, 1), (72, 150, 1), (64, 129, 20), (64, 337, 70), (40, 64, 64)] {
         let s = session(6, 2, d, len, rows, 10);
-        let out = attend_each(&[s.item()], 0.25);
-        let capacity = s.shape.capacity;
+        let out = s.attend(0, rows, 0.25);
         for r in 0..rows {
             let position = len - rows + r;
             for h in 0..6 {
                 let kv = h / 3;
                 let q = &s.q[(r * 6 + h) * d..][..d];
                 let scores: Vec<f64> = (0..=position)
-                    .map(|j| {
-                        let key = &s.plain_keys[(kv * capacity + j) * d..][..d];
-                        key.iter().zip(q).map(|(k, q)| *k as f64 * *q as f64).sum::<f64>() * 0.25
-                    })
+                    .map(|j| s.key(kv, j).iter().zip(q).map(|(k, q)| *k as f64 * *q as f64).sum::<f64>() * 0.25)
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
                 for i in 0..d {
-                    let exact: f64 = (0..=position)
-                        .map(|j| (scores[j] - max).exp() / sum * s.v[(kv * capacity + j) * d + i] as f64)
-                        .sum();
+                    let exact: f64 =
+                        (0..=position).map(|j| (scores[j] - max).exp() / sum * s.value(kv, j)[i] as f64).sum();
                     let got = out[(r * 6 + h) * d + i] as f64;
                     assert!((got - exact).abs() < 1e-5, "d {d} len {len} row {r} head {h} [{i}]: {got} vs {exact}");
                 }
@@ -299,22 +317,28 @@ fn attention_matches_a_plain_f64_causal_softmax() {
 fn a_row_gets_the_same_bits_alone_in_any_chunk_and_beside_any_session() {
     let d = 64;
     let s = session(6, 2, d, 337, 70, 40);
-    let whole = attend_each(&[s.item()], 0.125);
+    let whole = s.attend(0, 70, 0.125);
     let row_width = 6 * d;
     // Token by token, as decoding would, and in chunks that start and end inside tiles and blocks.
     for cuts in [(0..=70).collect::<Vec<_>>(), vec![0, 5, 22, 23, 64, 70], vec![0, 17, 70]] {
         let mut pieces = Vec::new();
         for w in cuts.windows(2) {
-            pieces.extend(attend_each(&[s.rows(w[0], w[1])], 0.125));
+            pieces.extend(s.attend(w[0], w[1], 0.125));
         }
         assert_eq!(pieces, whole, "chunks cut at {cuts:?}");
     }
     // Beside other sessions, decoding or prefilling, in one call.
     let (a, b) = (session(6, 2, d, 1, 1, 50), session(6, 2, d, 200, 3, 60));
-    let together = attend_each(&[a.item(), s.item(), b.item()], 0.125);
-    assert_eq!(together[..row_width], attend_each(&[a.item()], 0.125));
+    let tiles = [a.tiles(1), s.tiles(337), b.tiles(200)];
+    let items: Vec<Attending> = [&a, &s, &b]
+        .iter()
+        .zip(&tiles)
+        .map(|(x, (keys, values))| Attending { q: &x.q, keys, values, shape: x.shape })
+        .collect();
+    let together = attend_each(&items, 0.125);
+    assert_eq!(together[..row_width], a.attend(0, 1, 0.125));
     assert_eq!(together[row_width..row_width * 71], whole);
-    assert_eq!(together[row_width * 71..], attend_each(&[b.item()], 0.125));
+    assert_eq!(together[row_width * 71..], b.attend(0, 3, 0.125));
 }
 
 #[test]
@@ -322,11 +346,11 @@ fn every_build_of_the_attention_block_gives_the_same_bits() {
     let (d, groups) = (64, 3);
     let s = session(groups, 1, d, 337, 40, 70);
     let first = 337 - 40;
-    let (keys, values) = (&s.k[..337usize.next_multiple_of(TILE) * d], &s.v[..337 * d]);
+    let (keys, values) = s.tiles(337);
     let mut dispatched = vec![0f32; 40 * groups * d];
-    attend_block(&s.q, groups * d, keys, values, d, 40, first, 0.125, &mut dispatched);
+    attend_block(&s.q, groups * d, &keys, &values, d, 40, first, 0.125, &mut dispatched);
     let mut plain = vec![0f32; 40 * groups * d];
-    attend_block_with(&s.q, groups * d, keys, values, d, 40, first, 0.125, &mut plain);
+    attend_block_with(&s.q, groups * d, &keys, &values, d, 40, first, 0.125, &mut plain);
     assert_eq!(plain, dispatched);
 }
 
@@ -347,27 +371,34 @@ fn the_online_softmax_matches_the_exact_one_over_tiles() {
 }
 
 #[test]
-fn keys_land_in_their_tile_row_and_column_stored_at_once_or_in_pieces() {
-    let (kv_heads, capacity, d) = (2, 3 * TILE, 8);
-    let plain = data(kv_heads * capacity * d, 26);
-    let mut at_once = vec![0f32; kv_heads * capacity * d];
-    store_keys(&mut at_once, &plain, kv_heads, d, 0);
+fn keys_and_values_land_in_their_blocks_stored_at_once_or_in_pieces() {
+    let (kv_heads, len, d) = (2, 3 * TILE, 8);
+    let blocks = [2u32, 0, 1];
+    let (plain_keys, plain_values) = (data(kv_heads * len * d, 26), data(kv_heads * len * d, 27));
+    let mut keys = vec![0f32; 3 * kv_heads * d * TILE];
+    let mut values = vec![0f32; 3 * kv_heads * TILE * d];
+    store_keys(&mut keys, &blocks, &plain_keys, kv_heads, d, 0);
+    store_values(&mut values, &blocks, &plain_values, kv_heads, d, 0);
     for h in 0..kv_heads {
-        for p in 0..capacity {
+        for p in 0..len {
+            let tile = (blocks[p / TILE] as usize * kv_heads + h) * TILE * d;
             for i in 0..d {
-                let stored = at_once[(h * capacity + p / TILE * TILE) * d + i * TILE + p % TILE];
-                assert_eq!(stored, plain[(h * capacity + p) * d + i], "head {h} position {p} dimension {i}");
+                let computed = (h * len + p) * d + i;
+                assert_eq!(keys[tile + i * TILE + p % TILE], plain_keys[computed], "key: head {h} position {p} [{i}]");
+                assert_eq!(values[tile + p % TILE * d + i], plain_values[computed], "value: head {h} position {p} [{i}]");
             }
         }
     }
     // The same positions written in pieces that start and end inside tiles.
-    let mut pieces = vec![0f32; kv_heads * capacity * d];
-    for (from, to) in [(0, 5), (5, 70), (70, 71), (71, capacity)] {
-        let new: Vec<f32> =
-            (0..kv_heads).flat_map(|h| plain[(h * capacity + from) * d..(h * capacity + to) * d].to_vec()).collect();
-        store_keys(&mut pieces, &new, kv_heads, d, from);
+    let (mut key_pieces, mut value_pieces) = (vec![0f32; keys.len()], vec![0f32; values.len()]);
+    for (from, to) in [(0, 5), (5, 70), (70, 71), (71, len)] {
+        let part = |plain: &[f32]| -> Vec<f32> {
+            (0..kv_heads).flat_map(|h| plain[(h * len + from) * d..(h * len + to) * d].to_vec()).collect()
+        };
+        store_keys(&mut key_pieces, &blocks, &part(&plain_keys), kv_heads, d, from);
+        store_values(&mut value_pieces, &blocks, &part(&plain_values), kv_heads, d, from);
     }
-    assert_eq!(pieces, at_once);
+    assert_eq!((key_pieces, value_pieces), (keys, values));
 }
 
 #[test]
