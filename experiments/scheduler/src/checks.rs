@@ -156,36 +156,49 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
             );
         }
     }
-    // Bytes per cached position: every request's, and each job's in every run, alike.
-    let tile = 64;
-    let mut per_position: Option<(u128, String)> = None;
-    let mut by_job: std::collections::BTreeMap<&str, usize> = Default::default();
+    // KV bytes are one model's blocks: every request's the blocks of the positions it filled
+    // (its prompt and all its tokens but the last), each run's pool its budget (or room for every
+    // job's whole length), its peak within the pool and above any one request's; a request's
+    // preemptions are those its run's timeline records.
+    let tile = common::kernel::TILE;
+    let mut per_block: Option<usize> = None;
     let jobs: std::collections::BTreeMap<&str, &study::JobRecord> = a.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     for (i, run) in a.runs.iter().enumerate() {
         for (j, r) in run.requests.iter().enumerate() {
-            let field = format!("runs[{i}].requests[{j}].kv_cache_bytes");
             let Some(job) = jobs.get(r.id.as_str()) else { continue };
-            let positions = (job.prompt_tokens as u128 + job.max_new_tokens as u128).div_ceil(tile) * tile;
-            let bytes = r.kv_cache_bytes as u128;
-            let consistent = match &per_position {
-                None if bytes % positions.max(1) == 0 => {
-                    per_position = Some((bytes / positions.max(1), field.clone()));
-                    true
-                }
-                None => false,
-                Some((each, _)) => bytes == each * positions,
-            };
-            if !consistent || *by_job.entry(r.id.as_str()).or_insert(r.kv_cache_bytes) != r.kv_cache_bytes {
-                let model = per_position
-                    .as_ref()
-                    .map(|(each, first)| format!(" ({each} bytes per position at {first})"))
-                    .unwrap_or_default();
+            let blocks = (job.prompt_tokens + r.output_ids.len().saturating_sub(1)).div_ceil(tile).max(1);
+            let each = *per_block.get_or_insert(r.kv_cache_bytes / blocks);
+            if r.kv_cache_bytes != each * blocks || each == 0 {
                 return f.wrong(
                     "invariants",
-                    field,
-                    format!("{} bytes is not {positions} cached positions of the run's model{model}", r.kv_cache_bytes),
+                    format!("runs[{i}].requests[{j}].kv_cache_bytes"),
+                    format!("{} bytes is not {blocks} blocks of the run's model ({each} bytes each)", r.kv_cache_bytes),
                 );
             }
+            let preempted = run.timeline.iter().filter(|s| s.job == r.id && s.kind == common::session::StepKind::Preempt).count();
+            if r.preemptions != preempted {
+                f.wrong(
+                    "invariants",
+                    format!("runs[{i}].requests[{j}].preemptions"),
+                    format!("{}, but the timeline preempts it {preempted} times", r.preemptions),
+                );
+            }
+        }
+        let Some(each) = per_block else { continue };
+        let pool_blocks = match run.kv_budget {
+            Some(budget) => budget / tile,
+            None => a.jobs.iter().map(|j| (j.prompt_tokens + j.max_new_tokens).div_ceil(tile)).sum(),
+        };
+        let largest = run.requests.iter().map(|r| r.kv_cache_bytes).max().unwrap_or(0);
+        if run.kv_pool_bytes != pool_blocks * each || run.peak_kv_bytes > run.kv_pool_bytes || run.peak_kv_bytes < largest {
+            f.wrong(
+                "invariants",
+                format!("runs[{i}].peak_kv_bytes"),
+                format!(
+                    "peak {} bytes in a pool of {} bytes: the pool is {pool_blocks} blocks of {each} bytes, the peak within it and at least the largest request's {largest}",
+                    run.peak_kv_bytes, run.kv_pool_bytes
+                ),
+            );
         }
     }
 }

@@ -11,15 +11,19 @@ use serde_json::Value;
 const REQUEST_METRICS: [&str; 3] = ["ttft_ms", "completion_ms", "max_gap_ms"];
 const RUN_METRICS: [&str; 2] = ["output_tokens_per_s", "elapsed_ms"];
 
-/// A run configuration's name in claims: the policy, `-chunk<N>` for chunked prefill, and
-/// `-active<N>` unless it admits the seed's two at a time (`interleave-chunk64`).
-pub fn run_label(policy: &str, chunk_size: Option<u64>, max_active: u64) -> String {
+/// A run configuration's name in claims: the policy, `-chunk<N>` for chunked prefill,
+/// `-active<N>` unless it admits the seed's two at a time, and `-kv<N>` under a KV budget of `N`
+/// positions (`interleave-chunk64`, `batched-chunk64-kv320`).
+pub fn run_label(policy: &str, chunk_size: Option<u64>, max_active: u64, kv_budget: Option<u64>) -> String {
     let mut label = policy.to_string();
     if let Some(c) = chunk_size {
         label.push_str(&format!("-chunk{c}"));
     }
     if max_active != 2 {
         label.push_str(&format!("-active{max_active}"));
+    }
+    if let Some(b) = kv_budget {
+        label.push_str(&format!("-kv{b}"));
     }
     label
 }
@@ -33,7 +37,9 @@ pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentErr
         runs: p
             .runs
             .iter()
-            .map(|r| run_label(r.policy.name(), r.chunk_size.map(|c| c as u64), r.max_active as u64))
+            .map(|r| {
+                run_label(r.policy.name(), r.chunk_size.map(|c| c as u64), r.max_active as u64, r.kv_budget.map(|b| b as u64))
+            })
             .collect(),
         requests: p.jobs.iter().map(|j| j.id.clone()).collect(),
     })
@@ -45,7 +51,7 @@ pub(crate) fn observations(artifact: &Value) -> Vec<Observation> {
         let Some(policy) = run.get("policy").and_then(Value::as_str) else { continue };
         let chunk = run.get("chunk_size").and_then(Value::as_u64);
         let max_active = run.get("max_active").and_then(Value::as_u64).unwrap_or(2);
-        let label = run_label(policy, chunk, max_active);
+        let label = run_label(policy, chunk, max_active, run.get("kv_budget").and_then(Value::as_u64));
         // The seed records one run per configuration and no round.
         let round = run.get("round").and_then(Value::as_u64).unwrap_or(0) as usize;
         let mut push = |request: Option<&str>, metric: &str, value: Option<f64>| {
@@ -79,9 +85,10 @@ mod tests {
 
     #[test]
     fn labels_name_chunking_and_unusual_admission() {
-        assert_eq!(run_label("fifo", None, 2), "fifo");
-        assert_eq!(run_label("interleave", Some(64), 2), "interleave-chunk64");
-        assert_eq!(run_label("batched", Some(64), 4), "batched-chunk64-active4");
+        assert_eq!(run_label("fifo", None, 2, None), "fifo");
+        assert_eq!(run_label("interleave", Some(64), 2, None), "interleave-chunk64");
+        assert_eq!(run_label("batched", Some(64), 4, None), "batched-chunk64-active4");
+        assert_eq!(run_label("batched", Some(64), 2, Some(320)), "batched-chunk64-kv320");
     }
 
     #[test]

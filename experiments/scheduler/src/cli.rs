@@ -30,6 +30,10 @@ pub struct Args {
     /// Unrecorded repetitions before the measured ones [default: the manifest's].
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// The KV cache's budget in positions, for every run (whole blocks of 64): jobs wait for
+    /// blocks and are preempted when a step needs more than are free [default: the manifest's].
+    #[arg(long, value_name = "POSITIONS", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    pub kv_budget: Option<u64>,
 }
 
 /// Applies the command-line overrides to the manifest's parameters.
@@ -47,10 +51,16 @@ impl CommandLine for Args {
                 args.chunk_size.iter().map(|c| Some(*c as usize)).collect()
             };
             let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
+            let kv_budget = base.runs.first().and_then(|r| r.kv_budget);
             p.runs = policies
                 .iter()
-                .flat_map(|&policy| chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active }))
+                .flat_map(|&policy| {
+                    chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active, kv_budget })
+                })
                 .collect();
+        }
+        if let Some(b) = args.kv_budget {
+            p.runs.iter_mut().for_each(|r| r.kv_budget = Some(b as usize));
         }
         if let Some(m) = args.max_active {
             p.runs.iter_mut().for_each(|r| r.max_active = m as usize);
@@ -66,10 +76,15 @@ impl CommandLine for Args {
 
     /// What the command line asked for, as `provenance.settings.requested` records it.
     fn requested(&self) -> Value {
-        json!({
+        let mut requested = json!({
             "policy": self.policy.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "chunk_size": self.chunk_size, "max_active": self.max_active,
             "rounds": self.rounds, "warmup": self.warmup, "model": self.model,
-        })
+        });
+        // Named only when given, so that runs from before the flag read back as they were made.
+        if let Some(b) = self.kv_budget {
+            requested["kv_budget"] = json!(b);
+        }
+        requested
     }
 }

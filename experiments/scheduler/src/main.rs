@@ -92,6 +92,7 @@ fn run(args: Args) -> Result<i32> {
                         max_gap_ms: m.max_gap_ms,
                         finish_reason: finished.reason,
                         kv_cache_bytes: finished.kv_cache_bytes,
+                        preemptions: finished.preemptions,
                     }
                 })
                 .collect();
@@ -104,6 +105,9 @@ fn run(args: Args) -> Result<i32> {
                 scheduler_overhead_ms: outcome.overhead_ms,
                 output_tokens_per_s: output_tokens_per_s(&requests, outcome.elapsed_ms),
                 peak_rss_bytes: outcome.peak_rss_bytes,
+                kv_budget: config.kv_budget,
+                peak_kv_bytes: outcome.peak_kv_bytes,
+                kv_pool_bytes: outcome.kv_pool_bytes,
                 requests,
                 timeline: outcome.timeline,
             });
@@ -203,9 +207,12 @@ fn check_memory(params: &Parameters, jobs: &[Job], model: &common::load::LoadedM
         let records: u64 =
             jobs.iter().map(|j| steps(j, config.chunk_size).saturating_mul(PER_STEP).saturating_add(PER_REQUEST)).sum();
         per_round = per_round.saturating_add(records);
-        let mut sizes: Vec<u64> = jobs.iter().map(cache).collect();
-        sizes.sort_unstable_by(|a, b| b.cmp(a));
-        caches = caches.max(sizes.iter().take(config.max_active).sum());
+        // The run's KV pool: its budget, or room for every job's whole length.
+        let pool = match config.kv_budget {
+            Some(budget) => model.model.cache_bytes(budget / common::kernel::TILE * common::kernel::TILE) as u64,
+            None => jobs.iter().map(cache).sum(),
+        };
+        caches = caches.max(pool);
     }
     common::budget::fits(
         "parameters.rounds",

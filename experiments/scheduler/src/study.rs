@@ -191,9 +191,17 @@ pub struct RequestRecord {
     pub completion_ms: f64,
     pub max_gap_ms: f64,
     pub finish_reason: FinishReason,
-    /// Exact bytes of the request's KV cache (keys and values of every layer, F32, allocated for
-    /// its prompt plus cap, rounded up to whole tiles of 64 positions).
+    /// Bytes of the KV cache blocks its filled positions take at its end (keys and values of
+    /// every layer, F32, in whole blocks of 64 positions).
     pub kv_cache_bytes: usize,
+    /// How often it was preempted under the run's KV budget (its blocks given back, its history
+    /// prefilled again later).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preemptions: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -212,6 +220,15 @@ pub struct RunRecord {
     pub output_tokens_per_s: f64,
     /// Peak resident memory of the process during this run (Linux), bytes.
     pub peak_rss_bytes: Option<u64>,
+    /// The run's KV budget in positions (whole blocks of 64), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_budget: Option<usize>,
+    /// The most bytes the jobs' KV caches held at once, and the pool they shared (the budget, or
+    /// room for every job's whole length).
+    #[serde(default)]
+    pub peak_kv_bytes: usize,
+    #[serde(default)]
+    pub kv_pool_bytes: usize,
     /// Sorted by id, as in the seed.
     pub requests: Vec<RequestRecord>,
     pub timeline: Vec<TimelineStep>,
@@ -224,6 +241,8 @@ pub struct SummaryRow {
     pub policy: Policy,
     pub chunk_size: Option<usize>,
     pub max_active: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_budget: Option<usize>,
     pub id: String,
     pub ttft_ms: Summary,
     pub completion_ms: Summary,
@@ -237,6 +256,8 @@ pub struct ThroughputRow {
     pub policy: Policy,
     pub chunk_size: Option<usize>,
     pub max_active: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_budget: Option<usize>,
     pub output_tokens_per_s: Summary,
     pub elapsed_ms: Summary,
 }
@@ -365,16 +386,19 @@ pub fn rederive(a: &mut SchedulerArtifact) {
 /// Median and spread over rounds, per run configuration and request.
 pub fn summarize_runs(runs: &[RunRecord]) -> Vec<SummaryRow> {
     let requests = runs.iter().flat_map(|run| {
-        run.requests.iter().map(move |req| ((run.policy, run.chunk_size, run.max_active, req.id.clone()), req))
+        run.requests
+            .iter()
+            .map(move |req| ((run.policy, run.chunk_size, run.max_active, run.kv_budget, req.id.clone()), req))
     });
     in_first_appearance_order(requests)
         .into_iter()
-        .map(|((policy, chunk_size, max_active, id), reqs)| {
+        .map(|((policy, chunk_size, max_active, kv_budget, id), reqs)| {
             let pick = |f: fn(&RequestRecord) -> f64| summarize(&reqs.iter().map(|r| f(r)).collect::<Vec<_>>());
             SummaryRow {
                 policy,
                 chunk_size,
                 max_active,
+                kv_budget,
                 id,
                 ttft_ms: pick(|r| r.ttft_ms),
                 completion_ms: pick(|r| r.completion_ms),
@@ -411,12 +435,13 @@ pub fn output_tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
 pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
     let spread =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| summarize(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
-    in_first_appearance_order(runs.iter().map(|run| ((run.policy, run.chunk_size, run.max_active), run)))
+    in_first_appearance_order(runs.iter().map(|run| ((run.policy, run.chunk_size, run.max_active, run.kv_budget), run)))
         .into_iter()
-        .map(|((policy, chunk_size, max_active), runs)| ThroughputRow {
+        .map(|((policy, chunk_size, max_active, kv_budget), runs)| ThroughputRow {
             policy,
             chunk_size,
             max_active,
+            kv_budget,
             output_tokens_per_s: spread(&runs, |r| r.output_tokens_per_s),
             elapsed_ms: spread(&runs, |r| r.elapsed_ms),
         })
@@ -526,20 +551,21 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
         ));
     }
     // Per forward (steps with the same times): its steps, its decodes and the prompt tokens it
-    // prefills. Per job: where its steps stand.
+    // prefills. A preemption is no forward. Per job: where its steps stand.
     let mut forwards: BTreeMap<(u64, u64), (usize, usize, usize)> = BTreeMap::new();
-    for step in &run.timeline {
+    for step in run.timeline.iter().filter(|s| s.kind != StepKind::Preempt) {
         let f = forwards.entry((step.start_ms.to_bits(), step.end_ms.to_bits())).or_default();
         f.0 += 1;
         match step.kind {
             StepKind::Decode => f.1 += 1,
-            StepKind::Prefill => f.2 = f.2.saturating_add(step.tokens),
+            _ => f.2 = f.2.saturating_add(step.tokens),
         }
     }
     struct Progress {
-        prefilled: usize,
+        /// Positions its cache holds.
+        computed: usize,
         generated: usize,
-        first_start: f64,
+        first_start: Option<f64>,
         last_end: f64,
     }
     let mut progress: BTreeMap<&str, Progress> = BTreeMap::new();
@@ -550,13 +576,6 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
             problems.push(Invalid::new(field("job"), format!("`{}` is not one of the run's jobs", step.job)));
             return problems;
         };
-        let size = forwards[&(step.start_ms.to_bits(), step.end_ms.to_bits())].0;
-        if step.batch != size || (serial && size != 1) {
-            problems.push(Invalid::new(
-                field("batch"),
-                format!("{}, but {size} steps share its forward under {}", step.batch, run.policy.name()),
-            ));
-        }
         if step.start_ms < job.arrival_ms {
             problems.push(Invalid::new(
                 field("start_ms"),
@@ -564,51 +583,66 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
             ));
         }
         let p = progress.entry(step.job.as_str()).or_insert(Progress {
-            prefilled: 0,
+            computed: 0,
             generated: 0,
-            first_start: step.start_ms,
+            first_start: None,
             last_end: step.end_ms,
         });
+        if step.kind == StepKind::Preempt {
+            // Its blocks given back: only under a budget, with nothing computed in the step.
+            let honest = run.kv_budget.is_some()
+                && step.position == p.computed
+                && step.tokens == 0
+                && step.token.is_none()
+                && step.batch == 0
+                && step.start_ms == step.end_ms;
+            if !honest {
+                problems.push(Invalid::new(
+                    field("kind"),
+                    "a preemption is of a run under a KV budget, at its job's cached length, computing nothing",
+                ));
+                return problems;
+            }
+            p.computed = 0;
+            continue;
+        }
+        let size = forwards[&(step.start_ms.to_bits(), step.end_ms.to_bits())].0;
+        if step.batch != size || (serial && size != 1) {
+            problems.push(Invalid::new(
+                field("batch"),
+                format!("{}, but {size} steps share its forward under {}", step.batch, run.policy.name()),
+            ));
+        }
+        p.first_start.get_or_insert(step.start_ms);
         p.last_end = step.end_ms;
-        let (position, produces) = match step.kind {
-            StepKind::Prefill => {
-                let ends = p.prefilled.checked_add(step.tokens) == Some(job.prompt_tokens);
-                (p.prefilled, ends)
-            }
-            StepKind::Decode => ((job.prompt_tokens + p.generated).saturating_sub(1), true),
+        // Before it decodes, its cache must hold its prompt, and after a preemption the tokens
+        // it had generated but the last; the prefill that ends its prompt makes its first token.
+        let target = job.prompt_tokens + p.generated.saturating_sub(1);
+        let (in_order, produces) = match step.kind {
+            StepKind::Prefill => (
+                p.computed < target && step.tokens >= 1 && step.tokens <= target - p.computed,
+                p.computed + step.tokens == target && p.generated == 0,
+            ),
+            _ => (p.computed == target && p.generated >= 1 && step.tokens == 1, true),
         };
-        let in_order = match step.kind {
-            StepKind::Prefill => {
-                p.prefilled < job.prompt_tokens && step.tokens >= 1 && step.tokens <= job.prompt_tokens - p.prefilled
-            }
-            StepKind::Decode => p.prefilled == job.prompt_tokens && step.tokens == 1 && p.generated >= 1,
-        };
-        if !in_order || step.position != position {
+        if !in_order || step.position != p.computed {
             problems.push(Invalid::new(
                 field("position"),
                 format!(
-                    "a {:?} step of {} tokens at {}: job `{}` stood at {} of {} prompt tokens with {} generated",
-                    step.kind, step.tokens, step.position, step.job, p.prefilled, job.prompt_tokens, p.generated
+                    "a {:?} step of {} tokens at {}: job `{}` had {} of {} positions cached with {} generated",
+                    step.kind, step.tokens, step.position, step.job, p.computed, target, p.generated
                 ),
             ));
             return problems;
         }
         if step.token.is_some() != produces {
-            problems.push(Invalid::new(
-                field("token"),
-                "a step produces a token exactly when it ends the prompt or decodes",
-            ));
+            problems.push(Invalid::new(field("token"), "a step produces a token exactly when it ends the prompt or decodes"));
         }
-        if step.kind == StepKind::Prefill {
-            p.prefilled += step.tokens;
-        }
+        p.computed += step.tokens;
         if step.token.is_some() {
             p.generated += 1;
             if p.generated > job.max_new_tokens {
-                problems.push(Invalid::new(
-                    field("token"),
-                    format!("job `{}` past its cap of {}", step.job, job.max_new_tokens),
-                ));
+                problems.push(Invalid::new(field("token"), format!("job `{}` past its cap of {}", step.job, job.max_new_tokens)));
             }
         }
     }
@@ -641,7 +675,8 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
     }
     // At most max_active jobs under way at once (from each job's first step to its last), and
     // under fifo one at a time, in arrival order.
-    let mut spans: Vec<(f64, f64, &str)> = progress.iter().map(|(id, p)| (p.first_start, p.last_end, *id)).collect();
+    let mut spans: Vec<(f64, f64, &str)> =
+        progress.iter().filter_map(|(id, p)| Some((p.first_start?, p.last_end, *id))).collect();
     spans.sort_by(|a, b| a.0.total_cmp(&b.0));
     if run.policy == Policy::Fifo {
         let mut arrival: Vec<&JobRecord> = jobs.iter().collect();

@@ -275,7 +275,7 @@ fn default_manifests_carry_the_seed_workload() {
                 .unwrap();
         assert_eq!(m.parameters.jobs, seed.jobs, "{name}");
         assert_eq!(m.parameters.runs[..3], seed.runs, "{name}: the seed's runs first");
-        let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2 };
+        let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2, kv_budget: None };
         assert_eq!(m.parameters.runs[3..], [batched], "{name}: then continuous batching on the same workload");
     }
 }
