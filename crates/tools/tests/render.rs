@@ -22,9 +22,9 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
     let mut runs = Vec::new();
     for round in 0..2 {
         for config in [
-            RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2 },
-            RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2 },
-            RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 3 },
+            RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2, kv_budget: None },
+            RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None },
+            RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 3, kv_budget: None },
         ] {
             let out = schedule::run(&model, &jobs, config).unwrap();
             let requests: Vec<RequestRecord> = request_metrics(&out.timeline)
@@ -40,6 +40,7 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                     max_gap_ms: m.max_gap_ms,
                     finish_reason: common::session::FinishReason::Length,
                     kv_cache_bytes: 0,
+                    preemptions: 0,
                 })
                 .collect();
             runs.push(RunRecord {
@@ -51,6 +52,9 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                 scheduler_overhead_ms: out.overhead_ms,
                 output_tokens_per_s: output_tokens_per_s(&requests, out.elapsed_ms),
                 peak_rss_bytes: out.peak_rss_bytes,
+                kv_budget: config.kv_budget,
+                peak_kv_bytes: out.peak_kv_bytes,
+                kv_pool_bytes: out.kv_pool_bytes,
                 requests,
                 timeline: out.timeline,
             });

@@ -74,6 +74,61 @@ pub struct ServeArgs {
     /// Seconds a kept-alive connection may stay idle between requests before it is closed.
     #[arg(long, default_value_t = 30.0, value_parser = seconds)]
     pub idle_timeout: f64,
+    /// The KV cache's budget, shared by every request: positions (`65536`), or bytes with a unit
+    /// (`4GB`, `512MiB`); requests wait for blocks and the most recent are preempted when a
+    /// step needs more [default: half the memory available, at most --max-active whole contexts].
+    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = KvBudget::parse)]
+    pub kv_budget: Option<KvBudget>,
+}
+
+/// A KV cache budget as given: positions, or bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvBudget {
+    Positions(u64),
+    Bytes(u64),
+}
+
+/// A `--kv-budget` that is neither a count of positions nor bytes with a unit.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a KV budget: give positions (65536) or bytes with a unit (4GB, 512MiB, 1.5GiB)")]
+pub struct KvBudgetError(String);
+
+impl KvBudget {
+    pub fn parse(s: &str) -> Result<Self, KvBudgetError> {
+        let bad = || KvBudgetError(s.to_string());
+        let t = s.trim();
+        if let Ok(n) = t.parse::<u64>() {
+            return (n > 0).then_some(KvBudget::Positions(n)).ok_or_else(bad);
+        }
+        let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?;
+        let (number, unit) = t.split_at(split);
+        let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "b" => 1.0,
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            "kib" => 1024.0,
+            "mib" => 1024.0 * 1024.0,
+            "gib" => 1024.0 * 1024.0 * 1024.0,
+            "tib" => 1024.0f64.powi(4),
+            _ => return Err(bad()),
+        };
+        let bytes = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
+        if !(bytes.is_finite() && bytes >= 1.0 && bytes <= 1e15) {
+            return Err(bad());
+        }
+        Ok(KvBudget::Bytes(bytes as u64))
+    }
+
+    /// In positions, for a model whose positions take `bytes_per_position` each.
+    pub fn positions(self, bytes_per_position: usize) -> usize {
+        let n = match self {
+            KvBudget::Positions(n) => n,
+            KvBudget::Bytes(b) => b / bytes_per_position.max(1) as u64,
+        };
+        usize::try_from(n).unwrap_or(usize::MAX)
+    }
 }
 
 /// A flag's value that is not a positive number of seconds up to [`serving::MAX_TIMEOUT_S`].
@@ -166,6 +221,10 @@ pub struct BenchArgs {
     /// [default: the manifest's, else chat].
     #[arg(long, value_enum)]
     pub endpoint: Option<serving::Endpoint>,
+    /// The embedded server's KV budget in positions (whole blocks of 64) [default: the
+    /// manifest's, else half the memory available, at most its active requests' whole contexts].
+    #[arg(long, value_name = "POSITIONS")]
+    pub server_kv_budget: Option<usize>,
     /// Ask servers to ignore end-of-sequence (vLLM's `ignore_eos`), so answers reach --max-tokens.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -353,6 +412,9 @@ impl BenchArgs {
         if let Some(e) = args.endpoint {
             p.endpoint = e;
         }
+        if let Some(b) = args.server_kv_budget {
+            p.server_kv_budget = Some(b);
+        }
         p.ignore_eos |= args.ignore_eos;
         p.continuous_usage |= args.continuous_usage;
         p.tls_insecure |= args.insecure;
@@ -427,6 +489,9 @@ impl BenchArgs {
         if self.allow_failed_groups {
             requested["allow_failed_groups"] = json!(true);
         }
+        if let Some(b) = self.server_kv_budget {
+            requested["server_kv_budget"] = json!(b);
+        }
         requested
     }
 
@@ -466,6 +531,7 @@ pub fn seed_parameters() -> Parameters {
         server_queue: 64,
         server_policy: Policy::Batched,
         server_chunk_size: None,
+        server_kv_budget: None,
         arrivals: None,
         endpoint: serving::Endpoint::Chat,
         ignore_eos: false,

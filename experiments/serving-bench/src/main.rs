@@ -45,6 +45,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections as usize,
         header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
         idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
+        kv_budget: args.kv_budget.map(|b| b.positions(prepared.model.model.block_bytes() / common::kernel::TILE)),
         ..ServerConfig::new(name.clone())
     };
     if !args.host.is_loopback() {
@@ -66,6 +67,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
         args.policy.name(),
         args.max_active,
         running.max_connections
+    );
+    let kv = &running.kv;
+    println!(
+        "KV cache: {} positions in {} blocks of {} ({}), {}",
+        kv.blocks() * common::kernel::TILE,
+        kv.blocks(),
+        common::kernel::TILE,
+        common::budget::human((kv.blocks() * kv.block_bytes()) as u128),
+        if args.kv_budget.is_some() { "from --kv-budget" } else { "half the memory available (--kv-budget sets it)" }
     );
     #[cfg(unix)]
     interrupt.recv().await;
@@ -124,6 +134,7 @@ async fn bench(args: BenchArgs) -> Result<i32> {
             max_active: params.server_max_active,
             chunk_size: params.server_chunk_size,
             queue: params.server_queue,
+            kv_budget: params.server_kv_budget,
             ..ServerConfig::new(model_name(&prepared.resolved))
         };
         embedded_server = Some(server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?);
@@ -327,7 +338,15 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         }
     }
     bar.finish_and_clear();
+    let mut embedded_kv = None;
     if let Some(s) = embedded_server {
+        let kv = &s.kv;
+        let preemptions = s.engine.preemptions.load(std::sync::atomic::Ordering::SeqCst);
+        embedded_kv = Some(serving::EmbeddedKv {
+            budget_bytes: kv.blocks() * kv.block_bytes(),
+            peak_bytes: kv.peak_bytes(),
+            preemptions,
+        });
         s.stop().await;
     }
 
@@ -390,6 +409,7 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         requests: records,
         sent_headers,
         claims: Vec::new(),
+        embedded_kv,
         provenance,
     };
     artifact.claims = judge_claims(&ServingBench, &claims, &artifact)?;

@@ -572,6 +572,10 @@ pub struct Parameters {
     /// whole prompts in one step.
     #[serde(default)]
     pub server_chunk_size: Option<usize>,
+    /// The embedded server's KV budget in positions. `None`: its default (half the memory
+    /// available, at most `server_max_active` whole contexts), which the artifact records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_kv_budget: Option<usize>,
     /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<Arrivals>,
@@ -730,6 +734,12 @@ impl Parameters {
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
+        if let Some(b) = self.server_kv_budget.filter(|b| *b < common::kernel::TILE || *b > 1 << 40) {
+            return Err(Invalid::new(
+                "server_kv_budget",
+                format!("{b}: must be at least one block of {} positions and at most 2^40", common::kernel::TILE),
+            ));
+        }
         Ok(())
     }
 }
@@ -871,7 +881,20 @@ pub struct ServingArtifact {
     /// The manifest's claims, judged on the paired rounds (the audit recomputes them).
     #[serde(default)]
     pub claims: Vec<common::evidence::ClaimResult>,
+    /// The embedded server's KV cache, when it served: its budget, the most it held, and how
+    /// often it preempted a request to keep the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedded_kv: Option<EmbeddedKv>,
     pub provenance: Provenance,
+}
+
+/// What the embedded server's KV pool did over a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedKv {
+    pub budget_bytes: usize,
+    pub peak_bytes: usize,
+    pub preemptions: usize,
 }
 
 /// The seed's prompts: the defaults.

@@ -168,6 +168,44 @@ async fn complete_answers_carry_usage_counters_and_ids() {
     s.stop().await;
 }
 
+/// The server's KV cache is a budget: a request that could never fit it is refused naming its
+/// cap, and requests that together need more than it holds all complete (the latest preempted
+/// and resumed) with the ids an unbounded server gives them, the pool never past its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_kv_budget_wait_or_are_preempted_and_compute_the_same_ids() {
+    let http = reqwest::Client::new();
+    let generate = |i: usize| {
+        let prompt = format!("Request {i}: explain cache invalidation, then bounded queues, then retries.");
+        json!({"model": "tiny", "prompt": prompt, "stream": false, "options": {"num_predict": 100}})
+    };
+    let answers = |base: String| {
+        let http = http.clone();
+        async move {
+            let bodies: Vec<Value> = (0..4).map(generate).collect();
+            let calls = bodies.iter().map(|body| post(&http, format!("{base}/api/generate"), body));
+            futures_util::future::join_all(calls).await
+        }
+    };
+    let (free, base, _tmp) = server(|_| {}).await;
+    let expected = answers(base).await;
+    free.stop().await;
+    // Four blocks of 64 positions: each request needs two or three by its end.
+    let (tight, base, _tmp) = server(|c| c.kv_budget = Some(4 * 64)).await;
+    let (status, refused) = post(&http, format!("{base}/v1/chat/completions"), &chat(400, false)).await;
+    assert_eq!((status, refused["error"]["param"].as_str()), (400, Some("max_tokens")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("--kv-budget"), "{refused}");
+    let got = answers(base.clone()).await;
+    for (i, ((s1, a), (s2, b))) in expected.iter().zip(&got).enumerate() {
+        assert_eq!((*s1, *s2), (200, 200), "request {i}: {b}");
+        assert_eq!(a["context"], b["context"], "request {i}: the ids differ under the budget");
+    }
+    let kv = health(&http, &base).await["kv"].clone();
+    assert_eq!((kv["blocks"].as_u64(), kv["used"].as_u64()), (Some(4), Some(0)), "{kv}");
+    assert!(kv["preemptions"].as_u64().unwrap() > 0, "{kv}");
+    assert!(kv["peak_bytes"].as_u64().unwrap() <= kv["budget_bytes"].as_u64().unwrap(), "{kv}");
+    tight.stop().await;
+}
+
 /// A message that spells `<|im_end|>` and `<|im_start|>` is read as text: the prompt holds the
 /// template's control tokens only, through the OpenAI and the Ollama API alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +353,7 @@ async fn the_server_computes_the_schedulers_ids_under_every_policy() {
         seed.jobs.iter().map(|j| common::schedule::Job::from_spec(&model, j).unwrap()).collect();
     let http = reqwest::Client::new();
     for policy in Policy::ALL {
-        let config = common::schedule::RunConfig { policy, chunk_size: None, max_active: 2 };
+        let config = common::schedule::RunConfig { policy, chunk_size: None, max_active: 2, kv_budget: None };
         let outcome = common::schedule::run(&model, &jobs, config).unwrap();
         let expected = common::schedule::request_metrics(&outcome.timeline);
         let running = spawn(

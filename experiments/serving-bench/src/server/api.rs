@@ -157,6 +157,18 @@ fn prepare(state: &AppState, endpoint: Endpoint, request: GenerationRequest) -> 
         None if endpoint == Endpoint::OpenAiCompletions => 16.min(room),
         None => DEFAULT_MAX_TOKENS.min(room),
     };
+    // The whole request must fit the KV budget, or it could never finish.
+    let tile = common::kernel::TILE;
+    let needed = (prompt_ids.len() + max_tokens).div_ceil(tile);
+    if needed > state.kv.blocks() {
+        let (field, budget) = (request.max_tokens_field, state.kv.blocks() * tile);
+        let message = format!(
+            "prompt of {} tokens plus {field} {max_tokens} needs {} positions of KV cache, more than the server's budget of {budget}; lower {field} or raise the server's --kv-budget",
+            prompt_ids.len(),
+            needed * tile
+        );
+        return Err(Rejection::bad(field, message));
+    }
     Ok(Prepared { request, prompt_ids, max_tokens })
 }
 
@@ -453,6 +465,11 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         "active": e.active.load(Ordering::SeqCst), "queued": e.queued.load(Ordering::SeqCst),
         "completed": e.completed.load(Ordering::SeqCst), "cancelled": e.cancelled.load(Ordering::SeqCst),
         "rejected": e.rejected.load(Ordering::SeqCst), "failed": e.failed.load(Ordering::SeqCst),
+        "kv": {
+            "blocks": state.kv.blocks(), "used": state.kv.used_blocks(), "block_positions": common::kernel::TILE,
+            "block_bytes": state.kv.block_bytes(), "budget_bytes": state.kv.blocks() * state.kv.block_bytes(),
+            "peak_bytes": state.kv.peak_bytes(), "preemptions": e.preemptions.load(Ordering::SeqCst),
+        },
         "connections": {
             "open": c.open.load(Ordering::SeqCst), "max": c.max.load(Ordering::SeqCst),
             "refused": c.refused.load(Ordering::SeqCst), "timed_out": c.timed_out.load(Ordering::SeqCst),

@@ -62,6 +62,8 @@ pub struct EngineState {
     /// Failed inside a step, or could not start.
     pub failed: AtomicUsize,
     pub steps: AtomicU64,
+    /// Requests preempted to keep the KV budget (each resumed later).
+    pub preemptions: AtomicUsize,
     pub last_error: Mutex<Option<String>>,
 }
 
@@ -86,40 +88,70 @@ struct Active {
 pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settings: Settings, state: Arc<EngineState>) {
     state.alive.store(true, Ordering::SeqCst);
     let _guard = AliveGuard(state.clone());
-    let mut stepper =
-        Stepper::new(settings.policy, settings.chunk_size, settings.max_active).with_hook(settings.step_hook.clone());
+    let mut stepper = Stepper::new(settings.policy, settings.chunk_size, settings.max_active)
+        .with_pool(settings.kv.clone())
+        .with_hook(settings.step_hook.clone());
+    // A request taken from the queue whose first step's KV blocks are not free yet: it waits
+    // here, first in line, while the admitted ones step and give blocks back.
+    let mut next: Option<(Job, Session)> = None;
     loop {
         // Wait for work when idle; otherwise take whatever is queued, up to the free slots.
         while stepper.has_room() {
-            let job = if stepper.is_empty() {
-                match jobs.blocking_recv() {
-                    Some(job) => job,
-                    None => return,
-                }
-            } else {
-                match jobs.try_recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
+            let (job, session) = match next.take() {
+                Some(waiting) => waiting,
+                None => {
+                    let job = if stepper.is_empty() {
+                        match jobs.blocking_recv() {
+                            Some(job) => job,
+                            None => return,
+                        }
+                    } else {
+                        match jobs.try_recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    };
+                    state.queued.fetch_sub(1, Ordering::SeqCst);
+                    if job.tx.is_closed() {
+                        state.cancelled.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    match Session::in_pool(&model, &settings.kv, job.prompt_ids.clone(), job.max_tokens) {
+                        Ok(session) if stepper.could_fit(&session) => {
+                            let session = if job.ignore_eos { session.without_stop_ids() } else { session };
+                            (job, session)
+                        }
+                        Ok(session) => {
+                            state.failed.fetch_add(1, Ordering::SeqCst);
+                            let reason = format!(
+                                "{} positions of KV cache do not fit the server's budget of {} blocks of {}",
+                                session.blocks_at_most() * common::kernel::TILE,
+                                settings.kv.blocks(),
+                                common::kernel::TILE
+                            );
+                            let _ = job.tx.send(Event::Error(reason));
+                            continue;
+                        }
+                        Err(e) => {
+                            state.failed.fetch_add(1, Ordering::SeqCst);
+                            let _ = job.tx.send(Event::Error(e.to_string()));
+                            continue;
+                        }
+                    }
                 }
             };
-            state.queued.fetch_sub(1, Ordering::SeqCst);
-            if job.tx.is_closed() {
-                state.cancelled.fetch_add(1, Ordering::SeqCst);
-                continue;
+            if !stepper.fits(&session) {
+                next = Some((job, session));
+                break;
             }
-            match Session::new(&model, job.prompt_ids.clone(), job.max_tokens) {
-                Ok(session) => {
-                    let session = if job.ignore_eos { session.without_stop_ids() } else { session };
-                    state.active.fetch_add(1, Ordering::SeqCst);
-                    let active =
-                        Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
-                    stepper.admit(active, session);
-                }
-                Err(e) => {
-                    state.failed.fetch_add(1, Ordering::SeqCst);
-                    let _ = job.tx.send(Event::Error(e.to_string()));
-                }
-            }
+            state.active.fetch_add(1, Ordering::SeqCst);
+            let active = Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
+            stepper.admit(active, session);
+        }
+        // A request waiting for blocks whose client left goes now.
+        if next.as_ref().is_some_and(|(job, _)| job.tx.is_closed()) {
+            next = None;
+            state.cancelled.fetch_add(1, Ordering::SeqCst);
         }
         // A client that went away has closed its channel: free its session now.
         let gone = stepper.retain(|a| !a.job.tx.is_closed()).len();
@@ -130,7 +162,12 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
         if stepper.is_empty() {
             continue;
         }
-        let stepped = stepper.step(|a, session, outcome, times| a.stepped(&model, session, outcome, times));
+        let stepped = stepper.step(|a, session, outcome, times| {
+            if outcome.kind == StepKind::Preempt {
+                state.preemptions.fetch_add(1, Ordering::SeqCst);
+            }
+            a.stepped(&model, session, outcome, times)
+        });
         state.steps.fetch_add(1, Ordering::SeqCst);
         for (mut a, session) in stepped.finished {
             a.finish(&model, &session);

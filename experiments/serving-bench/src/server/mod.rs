@@ -22,6 +22,7 @@ pub use engine::EngineState;
 
 use common::load::LoadedModel;
 use common::policy::Policy;
+use common::qwen::KvPool;
 use common::stepper::StepHook;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,8 +51,21 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// Time a kept-alive connection may sit idle between requests.
     pub idle_timeout: Duration,
+    /// The KV cache's budget in positions (whole blocks of 64, rounded down), shared by every
+    /// request: admission waits for blocks, and a step that needs more than are free preempts
+    /// the most recently admitted requests. `None`: [`default_kv_budget`].
+    pub kv_budget: Option<usize>,
     /// Test seam, see [`StepHook`]; `None` outside tests.
     pub step_hook: Option<StepHook>,
+}
+
+/// The KV budget a server takes when none is given, in positions: half the memory available
+/// when it starts, and no more than `max_active` requests of the model's whole context need.
+pub fn default_kv_budget(model: &LoadedModel, max_active: usize) -> usize {
+    let per_position = model.model.block_bytes() / common::kernel::TILE;
+    let memory = common::budget::available_bytes() / 2 / per_position.max(1) as u64;
+    let contexts = max_active.saturating_mul(model.config.max_position_embeddings);
+    usize::try_from(memory).unwrap_or(usize::MAX).min(contexts)
 }
 
 impl ServerConfig {
@@ -67,6 +81,7 @@ impl ServerConfig {
             max_connections: 1024,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            kv_budget: None,
             step_hook: None,
         }
     }
@@ -78,6 +93,7 @@ struct Settings {
     policy: Policy,
     max_active: usize,
     chunk_size: Option<usize>,
+    kv: Arc<KvPool>,
     step_hook: Option<StepHook>,
 }
 
@@ -85,6 +101,8 @@ struct Settings {
 struct AppState {
     model: Arc<LoadedModel>,
     config: ServerConfig,
+    /// The KV pool the engine's sessions share (read here for admission checks and `/health`).
+    kv: Arc<KvPool>,
     jobs: mpsc::Sender<engine::Job>,
     engine: Arc<EngineState>,
     connections: Arc<ConnectionState>,
@@ -99,6 +117,8 @@ pub struct Running {
     /// The connection bound in force (lowered from the configured one to fit the process's
     /// file-descriptor limit).
     pub max_connections: usize,
+    /// The KV pool its requests share: its size is the budget in force.
+    pub kv: Arc<KvPool>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -125,10 +145,13 @@ pub async fn spawn(
         conn::Limits { max_connections, header_timeout: config.header_timeout, idle_timeout: config.idle_timeout };
     let (jobs_tx, jobs_rx) = mpsc::channel(config.queue.max(1));
     let engine = Arc::new(EngineState::default());
+    let budget = config.kv_budget.unwrap_or_else(|| default_kv_budget(&model, config.max_active.max(1)));
+    let kv = model.model.kv_pool((budget / common::kernel::TILE).max(1)).map_err(std::io::Error::other)?;
     let settings = Settings {
         policy: config.policy,
         max_active: config.max_active.max(1),
         chunk_size: config.chunk_size,
+        kv: kv.clone(),
         step_hook: config.step_hook.clone(),
     };
     let (engine_model, engine_state) = (model.clone(), engine.clone());
@@ -139,6 +162,7 @@ pub async fn spawn(
     let state = Arc::new(AppState {
         model,
         config,
+        kv: kv.clone(),
         jobs: jobs_tx,
         engine: engine.clone(),
         connections: connections.clone(),
@@ -147,7 +171,7 @@ pub async fn spawn(
     let router = api::router(state);
     let (shutdown, stop) = watch::channel(false);
     let task = tokio::spawn(conn::serve(listener, router, limits, connections.clone(), stop));
-    Ok(Running { addr, engine, connections, max_connections, shutdown, task })
+    Ok(Running { addr, engine, connections, max_connections, kv, shutdown, task })
 }
 
 /// File descriptors kept for everything but served connections: the model's files, the
