@@ -9,6 +9,15 @@ engine's ids with the JSON this writes, for every policy and chunk size.
     /tmp/ref/bin/python scripts/transformers_reference.py \
         --model-dir .models/generated/tiny --manifest manifests/scheduler/tiny.json \
         --out crates/common/tests/data/transformers-reference-tiny.json
+
+With `--long 1024 4096 8192`, it writes instead the greedy ids after long prompts: the seed's
+prompts joined as one user message, repeated until the chat reaches the longest length, and cut
+to each length's first ids (the same prompts `engine-bench` prefills).
+
+    /tmp/ref/bin/python scripts/transformers_reference.py \
+        --model-dir .models/generated/tiny --manifest manifests/scheduler/tiny.json \
+        --long 1024 4096 8192 --new-tokens 8 \
+        --out crates/common/tests/data/transformers-reference-tiny-long.json
 """
 
 import argparse
@@ -25,6 +34,8 @@ def main() -> None:
     parser.add_argument("--model-dir", required=True, type=pathlib.Path)
     parser.add_argument("--manifest", required=True, type=pathlib.Path, help="scheduler manifest with the jobs")
     parser.add_argument("--out", required=True, type=pathlib.Path)
+    parser.add_argument("--long", type=int, nargs="+", help="long prompts of these token lengths instead of the jobs")
+    parser.add_argument("--new-tokens", type=int, default=8, help="greedy ids after each long prompt")
     args = parser.parse_args()
 
     manifest = json.loads(args.manifest.read_text())
@@ -35,7 +46,26 @@ def main() -> None:
     model.eval()
 
     jobs = []
-    for job in manifest["parameters"]["jobs"]:
+    if args.long:
+        text = "\n\n".join(job["prompt"] for job in manifest["parameters"]["jobs"])
+        while True:
+            messages = [{"role": "user", "content": text}]
+            chat = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+            if len(ids) >= max(args.long):
+                break
+            text = text + "\n\n" + text
+        for length in args.long:
+            prompt_ids = ids[:length]
+            with torch.no_grad():
+                out = model.generate(
+                    torch.tensor([prompt_ids]),
+                    attention_mask=torch.ones(1, length, dtype=torch.long),
+                    max_new_tokens=args.new_tokens,
+                    do_sample=False,
+                )
+            jobs.append({"id": f"long-{length}", "prompt_ids": prompt_ids, "output_ids": out[0, length:].tolist()})
+    for job in [] if args.long else manifest["parameters"]["jobs"]:
         messages = [{"role": "user", "content": job["prompt"]}]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]

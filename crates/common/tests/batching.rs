@@ -182,8 +182,12 @@ fn the_batched_policy_steps_every_decode_and_fills_its_budget_with_prefill() {
     }
     assert!(prefill_left.iter().all(|&l| l == 0));
     // The same ids as the serial policies.
-    let fifo =
-        schedule::run(&model, &jobs, RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None }).unwrap();
+    let fifo = schedule::run(
+        &model,
+        &jobs,
+        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None },
+    )
+    .unwrap();
     let ids = |t: &[schedule::TimelineStep]| request_metrics(t).into_iter().map(|m| m.output_ids).collect::<Vec<_>>();
     assert_eq!(ids(&outcome.timeline), ids(&fifo.timeline));
 }

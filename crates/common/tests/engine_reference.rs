@@ -65,7 +65,8 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
     let mut preempted = 0;
     for policy in Policy::ALL {
         for chunk_size in [Some(1), Some(7), Some(64), None] {
-            for (max_active, kv_budget) in [(1, None), (2, None), (3, None), (3, Some(tight)), (2, Some(tight + tile))] {
+            for (max_active, kv_budget) in [(1, None), (2, None), (3, None), (3, Some(tight)), (2, Some(tight + tile))]
+            {
                 let config = RunConfig { policy, chunk_size, max_active, kv_budget };
                 let outcome = schedule::run(&model, &jobs, config).unwrap();
                 preempted += outcome.timeline.iter().filter(|s| s.kind == common::session::StepKind::Preempt).count();
@@ -126,13 +127,84 @@ fn policies_order_steps_as_the_seed_describes() {
     let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2, kv_budget: None });
     assert_eq!(&inter[..4], ["long-document", "interactive-a", "long-document", "interactive-a"]);
     // chunked: interactive-a gets its first token before long-document's prefill ends.
-    let outcome =
-        schedule::run(&model, &jobs, RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None })
-            .unwrap();
+    let outcome = schedule::run(
+        &model,
+        &jobs,
+        RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None },
+    )
+    .unwrap();
     let m = request_metrics(&outcome.timeline);
     let ttft = |id: &str| m.iter().find(|r| r.id == id).unwrap().ttft_ms;
     assert!(ttft("interactive-a") < ttft("long-document"));
     let timeline_end = outcome.timeline.last().unwrap().end_ms;
     assert_eq!(outcome.elapsed_ms, timeline_end);
     assert!(outcome.timeline.windows(2).all(|w| w[0].end_ms <= w[1].start_ms), "steps are serial");
+}
+
+/// The ids after prompts of 1k, 4k and 8k tokens (`transformers_reference.py --long`).
+fn long_reference() -> Reference {
+    serde_json::from_str(include_str!("data/transformers-reference-tiny-long.json")).unwrap()
+}
+
+#[test]
+fn greedy_ids_after_long_prompts_equal_transformers_whole_chunked_and_preempted() {
+    let reference = long_reference();
+    assert_eq!(reference.revision, support::workspace().model_pin("tiny").unwrap().revision);
+    // tiny declares 4096 positions. transformers computes rotary angles for any position and so
+    // reads the 8k prompt as it is; our engine tabulates them up to the declared length, so this
+    // copy declares more. Nothing else differs.
+    let copy = support::tiny_copy();
+    let config = copy.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let longer = text.replace("\"max_position_embeddings\": 4096", "\"max_position_embeddings\": 16384");
+    assert_ne!(text, longer, "tiny's config declares its 4096 positions");
+    std::fs::write(&config, longer).unwrap();
+    let model = LoadedModel::load(copy.path()).unwrap();
+
+    for r in &reference.jobs {
+        let ours = schedule::long_prompt(&model, r.prompt_ids.len()).unwrap();
+        assert_eq!(
+            ours, r.prompt_ids,
+            "{}: the engine renders and tokenizes the long prompt as transformers does",
+            r.id
+        );
+    }
+    let jobs: Vec<Job> = reference
+        .jobs
+        .iter()
+        .map(|r| Job {
+            id: r.id.clone(),
+            prompt_ids: r.prompt_ids.clone(),
+            max_new_tokens: r.output_ids.len(),
+            arrival_ms: 0.0,
+        })
+        .collect();
+    let lengths: Vec<usize> = jobs.iter().map(|j| j.prompt_ids.len()).collect();
+    assert_eq!(lengths, [1024, 4096, 8192]);
+    // Whole prompts one at a time; all three side by side, prefilled in chunks; and prefilled by
+    // turns under a budget that holds the longest request and little more, so that they preempt
+    // each other.
+    let tile = common::kernel::TILE;
+    let longest = (8192 + 8usize).div_ceil(tile) * tile;
+    let configs = [
+        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None },
+        RunConfig { policy: Policy::Batched, chunk_size: Some(512), max_active: 3, kv_budget: None },
+        RunConfig {
+            policy: Policy::Interleave,
+            chunk_size: Some(512),
+            max_active: 3,
+            kv_budget: Some(longest + 4 * tile),
+        },
+    ];
+    let mut preempted = 0;
+    for config in configs {
+        let outcome = schedule::run(&model, &jobs, config).unwrap();
+        preempted += outcome.finish.iter().map(|f| f.preemptions).sum::<usize>();
+        let metrics = request_metrics(&outcome.timeline);
+        for r in &reference.jobs {
+            let ours = metrics.iter().find(|m| m.id == r.id).unwrap();
+            assert_eq!(ours.output_ids, r.output_ids, "{config:?} job {}", r.id);
+        }
+    }
+    assert!(preempted > 0, "the tight budget preempted a long request");
 }

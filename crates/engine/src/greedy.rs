@@ -96,6 +96,11 @@ impl Screen {
         })
     }
 
+    /// Bytes a screening reads: the eight-bit rows and their scales.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + std::mem::size_of_val(self.scale.as_slice())
+    }
+
     /// The greedy id of each activation row of `xs` (`rows × k`) against `w`, the matrix this
     /// screen was built from, as stored. None for a row the screen cannot decide (activations
     /// not finite, or outputs that could overflow): full logits decide it.

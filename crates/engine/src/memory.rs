@@ -69,7 +69,7 @@ const CACHE_LINE: usize = 64;
 /// by a cache line only, not a huge page: a KV cache is 48 such buffers, and the allocator hands
 /// out reused heap memory for them, which it must zero whole, padding included (measured: a
 /// qwen2.5-0.5b session's cache took 40 ms to allocate with huge-page padding).
-fn aligned_buffer<T: WithDType>(len: usize) -> Result<(Vec<T>, usize)> {
+pub(crate) fn aligned_buffer<T: WithDType>(len: usize) -> Result<(Vec<T>, usize)> {
     let size = std::mem::size_of::<T>();
     let boundary = if len * size >= HUGE_PAGE { HUGE_PAGE } else { CACHE_LINE };
     let capacity = len + boundary / size;

@@ -59,6 +59,20 @@ macro_rules! with_weights {
     }};
 }
 
+/// [`Qwen2::decode_step_bytes`]: the bytes a decode step must read, by what they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepBytes {
+    pub layers: usize,
+    pub head: usize,
+    pub kv: usize,
+}
+
+impl StepBytes {
+    pub fn total(&self) -> usize {
+        self.layers + self.head + self.kv
+    }
+}
+
 /// A linear layer: weight `out × in` in `layout`, bias kept in F32.
 struct Proj {
     /// Row-major `out × in`, or its values in panels as one flat `out·in` vector.
@@ -436,6 +450,17 @@ impl Qwen2 {
         layers + self.lm_head.bytes() + embed
     }
 
+    /// What one session's greedy decode step streams from memory at `context` cached positions:
+    /// every layer matrix once, the head through its screen (its eight-bit copy and row scales;
+    /// the few candidate rows it then computes are left out), and the cached keys and values.
+    /// Norms, biases and activations are kilobytes and left out.
+    pub fn decode_step_bytes(&self, context: usize) -> StepBytes {
+        let layers = self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        let head = self.lm_head.screen.as_ref().map_or_else(|| self.lm_head.bytes(), Screen::bytes);
+        let kv = context.saturating_mul(self.block_bytes() / kernel::TILE);
+        StepBytes { layers, head, kv }
+    }
+
     /// Bytes of one block of a [`KvPool`]: every layer's keys and values of [`kernel::TILE`]
     /// positions, in F32.
     pub fn block_bytes(&self) -> usize {
@@ -458,7 +483,8 @@ impl Qwen2 {
             k.push(memory::zeros((blocks, kv_heads, d, tile), &self.device)?);
             v.push(memory::zeros((blocks, kv_heads, tile, d), &self.device)?);
         }
-        let blocks_u32 = u32::try_from(blocks).map_err(|_| candle_core::Error::Msg(format!("{blocks} blocks: too many")))?;
+        let blocks_u32 =
+            u32::try_from(blocks).map_err(|_| candle_core::Error::Msg(format!("{blocks} blocks: too many")))?;
         Ok(std::sync::Arc::new(KvPool {
             k,
             v,
@@ -573,7 +599,13 @@ impl Qwen2 {
     /// Writes one item's new keys and values (`1 × kv_heads × n × d`, rotated, contiguous) into
     /// its cache in layer `l`, at its position.
     fn store(&self, cache: &mut Cache, l: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let store = Store { blocks: &cache.blocks, pos: cache.len, kv_heads: self.kv_heads, head_dim: self.head_dim, keys: true };
+        let store = Store {
+            blocks: &cache.blocks,
+            pos: cache.len,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            keys: true,
+        };
         cache.pool.k[l].inplace_op2(k, &store)?;
         cache.pool.v[l].inplace_op2(v, &Store { keys: false, ..store })
     }

@@ -69,6 +69,21 @@ pub fn seed_workload() -> SeedWorkload {
     }
 }
 
+/// The first `tokens` ids of one chat message holding the seed's prompts, joined and repeated
+/// until long enough: a long prompt of any length (`engine-bench`'s, and the long-prompt
+/// transformers reference's, which `scripts/transformers_reference.py --long` builds the same
+/// way). Cut where the length says: a prefill's work does not depend on where its text ends.
+pub fn long_prompt(model: &LoadedModel, tokens: usize) -> Result<Vec<u32>, crate::load::LoadError> {
+    let mut text = seed_workload().jobs.iter().map(|j| j.prompt.as_str()).collect::<Vec<_>>().join("\n\n");
+    loop {
+        let (_, ids) = model.encode_user_prompt(&text)?;
+        if ids.len() >= tokens {
+            return Ok(ids[..tokens].to_vec());
+        }
+        text = format!("{text}\n\n{text}");
+    }
+}
+
 /// One policy configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -211,7 +211,6 @@ impl Session {
         self.cache.blocks_for(self.plan(chunk).tokens)
     }
 
-
     /// Takes from its pool the blocks its next step with prefill limit `chunk` needs
     /// ([`Session::blocks_needed`]); false, taking none, when the pool has too few.
     pub fn reserve_next(&mut self, chunk: Option<usize>) -> bool {

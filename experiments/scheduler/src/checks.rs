@@ -175,7 +175,8 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
                     format!("{} bytes is not {blocks} blocks of the run's model ({each} bytes each)", r.kv_cache_bytes),
                 );
             }
-            let preempted = run.timeline.iter().filter(|s| s.job == r.id && s.kind == common::session::StepKind::Preempt).count();
+            let preempted =
+                run.timeline.iter().filter(|s| s.job == r.id && s.kind == common::session::StepKind::Preempt).count();
             if r.preemptions != preempted {
                 f.wrong(
                     "invariants",
@@ -190,7 +191,10 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
             None => a.jobs.iter().map(|j| (j.prompt_tokens + j.max_new_tokens).div_ceil(tile)).sum(),
         };
         let largest = run.requests.iter().map(|r| r.kv_cache_bytes).max().unwrap_or(0);
-        if run.kv_pool_bytes != pool_blocks * each || run.peak_kv_bytes > run.kv_pool_bytes || run.peak_kv_bytes < largest {
+        if run.kv_pool_bytes != pool_blocks * each
+            || run.peak_kv_bytes > run.kv_pool_bytes
+            || run.peak_kv_bytes < largest
+        {
             f.wrong(
                 "invariants",
                 format!("runs[{i}].peak_kv_bytes"),

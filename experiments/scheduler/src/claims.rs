@@ -38,7 +38,12 @@ pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentErr
             .runs
             .iter()
             .map(|r| {
-                run_label(r.policy.name(), r.chunk_size.map(|c| c as u64), r.max_active as u64, r.kv_budget.map(|b| b as u64))
+                run_label(
+                    r.policy.name(),
+                    r.chunk_size.map(|c| c as u64),
+                    r.max_active as u64,
+                    r.kv_budget.map(|b| b as u64),
+                )
             })
             .collect(),
         requests: p.jobs.iter().map(|j| j.id.clone()).collect(),

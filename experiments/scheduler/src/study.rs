@@ -636,13 +636,19 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
             return problems;
         }
         if step.token.is_some() != produces {
-            problems.push(Invalid::new(field("token"), "a step produces a token exactly when it ends the prompt or decodes"));
+            problems.push(Invalid::new(
+                field("token"),
+                "a step produces a token exactly when it ends the prompt or decodes",
+            ));
         }
         p.computed += step.tokens;
         if step.token.is_some() {
             p.generated += 1;
             if p.generated > job.max_new_tokens {
-                problems.push(Invalid::new(field("token"), format!("job `{}` past its cap of {}", step.job, job.max_new_tokens)));
+                problems.push(Invalid::new(
+                    field("token"),
+                    format!("job `{}` past its cap of {}", step.job, job.max_new_tokens),
+                ));
             }
         }
     }

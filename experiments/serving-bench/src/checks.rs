@@ -153,9 +153,11 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
     // The embedded server's KV pool kept its budget, and only an embedded server reports one.
     let embedded = artifact.runtimes.iter().any(|r| r.name.starts_with("embedded-"));
     match &artifact.embedded_kv {
-        Some(kv) if kv.peak_bytes > kv.budget_bytes => {
-            f.wrong("invariants", "embedded_kv.peak_bytes", format!("{} bytes, over the budget of {}", kv.peak_bytes, kv.budget_bytes))
-        }
+        Some(kv) if kv.peak_bytes > kv.budget_bytes => f.wrong(
+            "invariants",
+            "embedded_kv.peak_bytes",
+            format!("{} bytes, over the budget of {}", kv.peak_bytes, kv.budget_bytes),
+        ),
         Some(_) if !embedded => f.wrong("invariants", "embedded_kv", "recorded, but no target is the embedded server"),
         _ => {}
     }

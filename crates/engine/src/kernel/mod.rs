@@ -19,9 +19,10 @@
 //!
 //! Also here, for the same steps: the exact integer products that screen the head for greedy ids
 //! ([`int_products`], used by `crate::greedy`), and attention of sessions' new positions over
-//! their caches, decoding and prefilling alike ([`attend_each`]).
+//! their caches, decoding and prefilling alike ([`attend_each`]); and, to judge them by, the
+//! machine's own read bandwidth ([`ReadProbe`]).
 //!
-//! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`]), one per instruction set
+//! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`], [`stream`]), one per instruction set
 //! (`x86/avx2.rs` and `x86/avx512.rs`, the intrinsics, behind `x86/mod.rs`; the portable paths
 //! sit beside each kernel), and one
 //! dispatch ([`dispatch`]): the CPU's vector features detected once, and every kernel choosing its
@@ -32,17 +33,19 @@ mod dispatch;
 mod int;
 mod linear;
 mod mlp;
+mod stream;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub(crate) use attention::{store_keys, store_values};
 pub use attention::{attend_each, Attending, AttentionShape, TILE};
+pub(crate) use attention::{store_keys, store_values};
 pub use int::int_products;
 pub use linear::{linear, Layout, Weight};
 pub(crate) use linear::{selected_rows, PANEL};
 pub use mlp::silu_mul;
+pub use stream::ReadProbe;
 
 /// Weight rows per parallel task of a product in rows (the head): small enough to balance two to
 /// sixteen threads, large enough that scheduling costs little.

@@ -385,7 +385,11 @@ fn keys_and_values_land_in_their_blocks_stored_at_once_or_in_pieces() {
             for i in 0..d {
                 let computed = (h * len + p) * d + i;
                 assert_eq!(keys[tile + i * TILE + p % TILE], plain_keys[computed], "key: head {h} position {p} [{i}]");
-                assert_eq!(values[tile + p % TILE * d + i], plain_values[computed], "value: head {h} position {p} [{i}]");
+                assert_eq!(
+                    values[tile + p % TILE * d + i],
+                    plain_values[computed],
+                    "value: head {h} position {p} [{i}]"
+                );
             }
         }
     }

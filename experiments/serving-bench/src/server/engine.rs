@@ -145,7 +145,8 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                 break;
             }
             state.active.fetch_add(1, Ordering::SeqCst);
-            let active = Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
+            let active =
+                Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
             stepper.admit(active, session);
         }
         // A request waiting for blocks whose client left goes now.
