@@ -4,10 +4,16 @@
 on the same weights and prompt: on a machine shared with other work, timings drift by tens of
 percent within a minute, and only measurements taken side by side compare fairly.
 
-Loads the model, prints {"ready": true}, then answers each line on stdin with one JSON line:
-  prefill      clears the context, evaluates the prompt ids: {"s": seconds, "token": greedy next}
+Loads the model, prints {"ready": true, "version": ..., "settings": {...}}, then answers each line
+on stdin with one JSON line:
+  prefill N    clears the context, evaluates the first N prompt ids: {"s": seconds, "token": greedy next}
   decode N     N greedy steps from the last token: {"s": seconds, "ids": [the N tokens]}
-End of input ends the process."""
+End of input ends the process.
+
+The context is the binding's defaults but for its size (the whole prompt and the decode steps),
+the threads, and flash attention, which follows llama.cpp's own default (`auto`: on for the CPU)
+as `llama-server` and `llama-cli` run it; the binding alone would turn it off. `--flash-attn off`
+measures the binding's default."""
 
 import argparse
 import json
@@ -36,26 +42,37 @@ def main() -> None:
     parser.add_argument("--prompt-ids", required=True, help="JSON file holding a list of token ids")
     parser.add_argument("--max-decode", type=int, default=64, help="context room for decode steps")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--flash-attn", choices=["on", "off"], default="on")
     args = parser.parse_args()
 
     ids = json.load(open(args.prompt_ids))
     llm = Llama(
         model_path=args.gguf,
         n_ctx=len(ids) + args.max_decode + 8,
-        n_batch=max(512, len(ids)),
         n_threads=args.threads,
         n_threads_batch=args.threads,
+        flash_attn=args.flash_attn == "on",
         logits_all=False,
         verbose=False,
     )
-    reply({"ready": True, "version": llama_cpp.__version__})
+    params = llm.context_params
+    settings = {
+        "n_ctx": params.n_ctx,
+        "n_batch": params.n_batch,
+        "n_ubatch": params.n_ubatch,
+        "n_threads": params.n_threads,
+        "flash_attn": args.flash_attn,
+        "type_k": int(params.type_k),
+        "type_v": int(params.type_v),
+    }
+    reply({"ready": True, "version": llama_cpp.__version__, "settings": settings})
     token = None
     for line in sys.stdin:
         command = line.split()
-        if command == ["prefill"]:
+        if len(command) == 2 and command[0] == "prefill" and command[1].isdigit() and 0 < int(command[1]) <= len(ids):
             llm.reset()
             start = time.perf_counter()
-            llm.eval(ids)
+            llm.eval(ids[: int(command[1])])
             seconds = time.perf_counter() - start
             token = greedy(llm)
             reply({"s": seconds, "token": token})

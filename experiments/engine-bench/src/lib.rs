@@ -1,8 +1,10 @@
 //! `engine-bench`: the engine's speed goals as an artifact, not a printout. On the generated
 //! `qwen2.5-0.5b` checkpoint, in one run: decode against the stock candle-transformers loop; our
 //! F32, BF16 and F16 weights against llama.cpp on the same weights (when its Python binding is
-//! installed, `.venv-llama/`); a decode step at a long context against a short one; several
-//! sessions in one batched step against one; the scheduler's own cost per step.
+//! installed, `.venv-llama/`), prefill of prompts of several lengths and decode at those contexts;
+//! a decode step at a long context against a short one; several sessions in one batched step
+//! against one; a decode step's stream of bytes against the machine's measured read bandwidth;
+//! the scheduler's own cost per step.
 //!
 //! Every comparison records both sides of every round (or step) as they alternated, and the
 //! ratio of each pair; the audit recomputes the ratios and their summary from the pairs. `just
@@ -31,7 +33,7 @@ pub const EXPERIMENT: &str = "engine-bench";
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Rounds of each comparison [default: the manifest's].
+    /// Rounds of each comparison, every prompt length's included [default: the manifest's].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub rounds: Option<u64>,
 }
@@ -43,6 +45,9 @@ impl CommandLine for Args {
         let mut p = base.clone();
         if let Some(r) = self.rounds {
             p.rounds = r as usize;
+            for prompt in &mut p.prompts {
+                prompt.rounds = r as usize;
+            }
         }
         p
     }
@@ -67,6 +72,19 @@ pub struct Parameters {
     pub long_context: usize,
     /// Sessions in the batched step compared with one.
     pub batch: usize,
+    /// The prompt lengths prefilled against llama.cpp (each prompt whole, then `decode_tokens`
+    /// steps at that context), each with its own rounds: a long prompt's round takes minutes.
+    pub prompts: Vec<PromptRounds>,
+    /// Bytes of the buffer the machine's read bandwidth is measured on (larger than any cache).
+    pub probe_bytes: usize,
+}
+
+/// One prompt length of [`Parameters::prompts`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptRounds {
+    pub tokens: usize,
+    pub rounds: usize,
 }
 
 impl Parameters {
@@ -85,6 +103,25 @@ impl Parameters {
         }
         if self.short_context >= self.long_context {
             return Err(Invalid::new("parameters.short_context", "must be below long_context"));
+        }
+        if self.prompts.is_empty() {
+            return Err(Invalid::new("parameters.prompts", "is empty; give at least one {\"tokens\", \"rounds\"}"));
+        }
+        for (i, p) in self.prompts.iter().enumerate() {
+            for (name, v, max) in [("tokens", p.tokens, 1 << 20), ("rounds", p.rounds, 1000)] {
+                if v == 0 || v > max {
+                    return Err(Invalid::new(
+                        format!("parameters.prompts[{i}].{name}"),
+                        format!("{v} is not in 1..={max}"),
+                    ));
+                }
+            }
+            if i > 0 && p.tokens <= self.prompts[i - 1].tokens {
+                return Err(Invalid::new(format!("parameters.prompts[{i}].tokens"), "lengths must increase"));
+            }
+        }
+        if !(1 << 20..=1 << 36).contains(&self.probe_bytes) {
+            return Err(Invalid::new("parameters.probe_bytes", "must be 1 MiB to 64 GiB"));
         }
         Ok(())
     }
@@ -174,6 +211,9 @@ pub struct Agreement {
 pub struct LlamaCpp {
     /// `llama_cpp.__version__` of the binding.
     pub version: String,
+    /// Its context's settings as the worker made them (its defaults, but for the context size
+    /// and threads): batch, micro-batch, flash attention, KV cache type.
+    pub settings: Value,
     /// The GGUF files it ran: weight type, SHA-256, bytes.
     pub gguf: Vec<Gguf>,
 }
@@ -184,6 +224,23 @@ pub struct Gguf {
     pub weights: String,
     pub sha256: String,
     pub bytes: u64,
+}
+
+/// What a decode step must read, by what it holds ([`Comparison`] "decode stream vs read
+/// bandwidth" divides it by each step's time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    /// The cached positions a step attends over (the parameters' short context).
+    pub context: usize,
+    /// Every layer matrix, in the weights' dtype.
+    pub layer_bytes: usize,
+    /// The head as its greedy screen reads it (eight-bit rows and their scales).
+    pub head_bytes: usize,
+    pub kv_bytes: usize,
+    pub total_bytes: usize,
+    /// The buffer each bandwidth pass reads whole.
+    pub probe_bytes: usize,
 }
 
 /// The scheduler's time outside forwards, over one run of the seed workload.
@@ -203,8 +260,10 @@ pub struct Overhead {
 pub struct Artifact {
     pub parameters: Parameters,
     pub model_id: String,
+    /// The seed prompt's tokens: the prompt of the comparisons that are not by prompt length.
     pub prompt_tokens: usize,
     pub comparisons: Vec<Comparison>,
+    pub stream: Stream,
     pub agreement: Vec<Agreement>,
     pub llama_cpp: Option<LlamaCpp>,
     /// What did not run, and why.
@@ -223,24 +282,46 @@ pub fn llama_pair(weights: WeightType, ours: WeightDtype) -> String {
     format!("llama.cpp {weights:?} vs ours {}", ours.name()).to_lowercase()
 }
 
-/// The comparisons every run makes, whatever ran beside it, and their pairs' counts.
-const ALWAYS: [(&str, Pairs); 3] = [
+/// A llama.cpp pair's comparisons at one prompt length: prefill of the prompt, then decode at
+/// its context; and the agreement of their greedy ids.
+pub fn prefill_name(pair: &str, tokens: usize) -> String {
+    format!("{pair}: prefill {tokens}")
+}
+
+pub fn decode_name(pair: &str, tokens: usize) -> String {
+    format!("{pair}: decode at {tokens}")
+}
+
+pub fn agreement_name(pair: &str, tokens: usize) -> String {
+    format!("{pair}, prompt {tokens}")
+}
+
+/// The comparison of a decode step's stream with the machine's read bandwidth.
+pub const STREAM: &str = "decode stream vs read bandwidth";
+
+/// The comparisons every run makes, whatever ran beside it, and what their pairs count.
+const ALWAYS: [(&str, Pairs); 4] = [
     ("decode vs stock candle", Pairs::Rounds),
     ("decode step, long vs short context", Pairs::Steps),
     ("batched decode step", Pairs::Steps),
+    (STREAM, Pairs::Steps),
 ];
 
-/// What a comparison's pairs are counted in.
+/// What a comparison's pairs are counted in: the parameters' rounds, its prompt length's rounds,
+/// or steps.
 #[derive(Clone, Copy)]
 enum Pairs {
     Rounds,
+    Prompt(usize),
     Steps,
 }
 
-/// The run made the comparisons it always makes, and llama.cpp's (decode and prefill, for each of
-/// our dtypes against each of its weights) exactly when llama.cpp ran, one agreement each; each
-/// comparison's pairs are as many as its parameter says, and a batched comparison's sessions are
-/// the parameters' batch; the scheduler's overhead is of the seed's runs and continuous batching.
+/// The run made the comparisons it always makes, and llama.cpp's (prefill and decode at every
+/// prompt length, for each of our dtypes against each of its weights) exactly when llama.cpp ran,
+/// one agreement each; each comparison's pairs are as many as its parameter says, and a batched
+/// comparison's sessions are the parameters' batch; the stream is the model's at the short
+/// context, its parts summed; the scheduler's overhead is of the seed's runs and continuous
+/// batching.
 fn check_plan(a: &Artifact, f: &mut Findings) {
     let p = &a.parameters;
     let llama: Vec<String> = a
@@ -256,9 +337,13 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
         })
         .collect();
     let mut planned: Vec<(String, Pairs)> = ALWAYS.iter().map(|(n, k)| (n.to_string(), *k)).collect();
+    let mut agreements = Vec::new();
     for pair in &llama {
-        planned.push((format!("{pair}: decode"), Pairs::Rounds));
-        planned.push((format!("{pair}: prefill"), Pairs::Rounds));
+        for prompt in &p.prompts {
+            planned.push((prefill_name(pair, prompt.tokens), Pairs::Prompt(prompt.rounds)));
+            planned.push((decode_name(pair, prompt.tokens), Pairs::Prompt(prompt.rounds)));
+            agreements.push(agreement_name(pair, prompt.tokens));
+        }
     }
     let mut names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
     names.sort_unstable();
@@ -271,6 +356,7 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
         let kind = planned.iter().find(|(n, _)| *n == c.name).map(|(_, k)| *k);
         let pairs = match kind {
             Some(Pairs::Rounds) => p.rounds,
+            Some(Pairs::Prompt(rounds)) => rounds,
             _ => p.steps,
         };
         if c.a.len() != pairs {
@@ -292,10 +378,14 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
     }
     let mut agreed: Vec<&str> = a.agreement.iter().map(|g| g.what.as_str()).collect();
     agreed.sort_unstable();
-    let mut pairs: Vec<&str> = llama.iter().map(String::as_str).collect();
-    pairs.sort_unstable();
-    if agreed != pairs {
-        f.wrong("invariants", "agreement", format!("{agreed:?}, one per llama.cpp pair {pairs:?}"));
+    agreements.sort_unstable();
+    if agreed != agreements {
+        f.wrong("invariants", "agreement", format!("{agreed:?}, one per llama.cpp pair and prompt {agreements:?}"));
+    }
+    let s = &a.stream;
+    if s.context != p.short_context || s.probe_bytes == 0 || s.layer_bytes + s.head_bytes + s.kv_bytes != s.total_bytes
+    {
+        f.wrong("invariants", "stream", "not at the short context, or its parts do not sum to its total");
     }
     if let Some(i) = a.agreement.iter().position(|g| g.agree > g.of || g.of > p.decode_tokens + 1) {
         f.wrong("invariants", format!("agreement[{i}]"), "more agreeing ids than ids, or than a round generates");
@@ -414,6 +504,21 @@ impl Experiment for EngineBench {
                 spread(&c.ratio),
                 c.meaning
             );
+        }
+        let st = &a.stream;
+        let _ = writeln!(
+            md,
+            "\nA decode step at context {} reads {:.1} MB: layers {:.1}, head screen {:.1}, KV {:.1}; the bandwidth \
+             probe reads {:.0} MB a pass.",
+            st.context,
+            st.total_bytes as f64 / 1e6,
+            st.layer_bytes as f64 / 1e6,
+            st.head_bytes as f64 / 1e6,
+            st.kv_bytes as f64 / 1e6,
+            st.probe_bytes as f64 / 1e6
+        );
+        if let Some(l) = &a.llama_cpp {
+            let _ = writeln!(md, "\nllama.cpp (binding {}) ran with {}.", l.version, l.settings);
         }
         for s in &a.skipped {
             let _ = writeln!(md, "\n_Skipped: {s}_");

@@ -8,13 +8,16 @@ use anyhow::{bail, Context, Result};
 use candle_core::Tensor;
 use common::experiment::{prepare, CommandLine};
 use common::gguf::WeightType;
+use common::kernel::ReadProbe;
 use common::load::LoadedModel;
 use common::policy::Policy;
 use common::qwen::{Cache, WeightDtype};
 use common::schedule::{self, Job, RunConfig};
 use common::session::Session;
 use common::workspace::Workspace;
-use engine_bench::{Agreement, Args, Artifact, Comparison, Gguf, LlamaCpp, Overhead, Parameters, Rule, EXPERIMENT};
+use engine_bench::{
+    Agreement, Args, Artifact, Comparison, Gguf, LlamaCpp, Overhead, Parameters, Rule, Stream, EXPERIMENT,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -34,12 +37,21 @@ fn run(args: Args) -> Result<()> {
         bail!("{}: {problem}", manifest.record.path);
     }
     let model = &prepared.model;
-    if params.long_context + params.steps + 1 > model.config.max_position_embeddings {
-        bail!("{}: parameters.long_context: beyond the model's context", manifest.record.path);
+    let context = model.config.max_position_embeddings;
+    if params.long_context + params.steps + 1 > context {
+        bail!("{}: parameters.long_context: beyond the model's context of {context}", manifest.record.path);
+    }
+    let longest = params.prompts.last().map_or(0, |p| p.tokens);
+    if longest + params.decode_tokens + 1 > context {
+        bail!(
+            "{}: parameters.prompts: {longest} tokens and the decode steps pass the model's context of {context}",
+            manifest.record.path
+        );
     }
     let ws = &prepared.ws;
     let dir = prepared.resolved.dir.clone();
     let (_, prompt) = model.encode_user_prompt(&common::schedule::seed_workload().jobs[0].prompt)?;
+    let long_prompt = schedule::long_prompt(model, longest)?;
     let mut comparisons = Vec::new();
     let mut agreement = Vec::new();
     let mut skipped = Vec::new();
@@ -65,10 +77,11 @@ fn run(args: Args) -> Result<()> {
         Rule::AOverB,
     ));
 
-    // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16.
+    // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16: each
+    // prompt length prefilled whole, then decoded at that context.
     let mut llama_record: Option<LlamaCpp> = None;
     for (weights, ours_dtypes) in engine_bench::AGAINST_LLAMA {
-        let worker = match Worker::start(ws, &dir, &prompt, weights, p.decode_tokens) {
+        let worker = match Worker::start(ws, &dir, &long_prompt, weights, p.decode_tokens) {
             Ok(w) => w,
             Err(why) => {
                 skipped.push(format!("llama.cpp with {weights:?} weights: {why:#}"));
@@ -76,41 +89,52 @@ fn run(args: Args) -> Result<()> {
             }
         };
         let mut worker = worker;
-        let record = llama_record.get_or_insert_with(|| LlamaCpp { version: worker.version.clone(), gguf: Vec::new() });
+        let record = llama_record.get_or_insert_with(|| LlamaCpp {
+            version: worker.version.clone(),
+            settings: worker.settings.clone(),
+            gguf: Vec::new(),
+        });
         record.gguf.push(worker.gguf.clone());
         for &dtype in ours_dtypes {
-            tracing::info!("llama.cpp {weights:?} weights against ours in {}, {} rounds", dtype.name(), p.rounds);
             let held = if dtype == WeightDtype::F32 { None } else { Some(LoadedModel::load_as(&dir, dtype)?) };
             let ours_model = held.as_ref().unwrap_or(model);
-            let (mut o, mut t) = (Vec::new(), Vec::new());
-            for _ in 0..p.rounds {
-                o.push(ours(ours_model, &prompt, p.decode_tokens)?);
-                t.push(worker.round(p.decode_tokens).context("a llama.cpp round failed")?);
+            let pair = engine_bench::llama_pair(weights, dtype);
+            for length in &p.prompts {
+                let (tokens, rounds) = (length.tokens, length.rounds);
+                tracing::info!("{pair}: prompt of {tokens} tokens, {rounds} rounds");
+                let (mut o, mut t) = (Vec::new(), Vec::new());
+                for _ in 0..rounds {
+                    o.push(ours(ours_model, &long_prompt[..tokens], p.decode_tokens)?);
+                    t.push(worker.round(tokens, p.decode_tokens).context("a llama.cpp round failed")?);
+                }
+                let of = |rounds: &[Round], f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+                comparisons.push(Comparison::new(
+                    &engine_bench::prefill_name(&pair, tokens),
+                    "llama.cpp / ours prefill time (how many times faster ours prefills)",
+                    "s",
+                    "ours",
+                    of(&o, |r| r.prefill_s),
+                    "llama.cpp",
+                    of(&t, |r| r.prefill_s),
+                    Rule::BOverA,
+                ));
+                comparisons.push(Comparison::new(
+                    &engine_bench::decode_name(&pair, tokens),
+                    "ours / llama.cpp decode tokens/s",
+                    "tokens/s",
+                    "ours",
+                    of(&o, |r| r.decode_tps),
+                    "llama.cpp",
+                    of(&t, |r| r.decode_tps),
+                    Rule::AOverB,
+                ));
+                let agree = o[0].ids.iter().zip(&t[0].ids).take_while(|(a, b)| a == b).count();
+                agreement.push(Agreement {
+                    what: engine_bench::agreement_name(&pair, tokens),
+                    agree,
+                    of: o[0].ids.len().min(t[0].ids.len()),
+                });
             }
-            let name = engine_bench::llama_pair(weights, dtype);
-            let of = |rounds: &[Round], f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
-            comparisons.push(Comparison::new(
-                &format!("{name}: decode"),
-                "ours / llama.cpp decode tokens/s",
-                "tokens/s",
-                "ours",
-                of(&o, |r| r.decode_tps),
-                "llama.cpp",
-                of(&t, |r| r.decode_tps),
-                Rule::AOverB,
-            ));
-            comparisons.push(Comparison::new(
-                &format!("{name}: prefill"),
-                "llama.cpp / ours prefill time (how many times faster ours prefills)",
-                "s",
-                "ours",
-                of(&o, |r| r.prefill_s),
-                "llama.cpp",
-                of(&t, |r| r.prefill_s),
-                Rule::BOverA,
-            ));
-            let agree = o[0].ids.iter().zip(&t[0].ids).take_while(|(a, b)| a == b).count();
-            agreement.push(Agreement { what: name, agree, of: o[0].ids.len().min(t[0].ids.len()) });
         }
     }
 
@@ -166,6 +190,35 @@ fn run(args: Args) -> Result<()> {
         Rule::Aggregate { sessions: p.batch },
     ));
 
+    // A decode step's bytes over its time against a pass of the bandwidth probe, alternating.
+    tracing::info!("decode stream at context {} against the read bandwidth", p.short_context);
+    let probe = ReadProbe::new(p.probe_bytes)?;
+    let bytes = model.model.decode_step_bytes(p.short_context);
+    let mut cache = filled(p.short_context)?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..p.steps {
+        a.push(bytes.total() as f64 / step(vec![&mut cache])? / 1e6);
+        b.push(probe.read_rate() / 1e9);
+    }
+    comparisons.push(Comparison::new(
+        engine_bench::STREAM,
+        "share of the measured read bandwidth a decode step streams (its bytes over its time)",
+        "GB/s",
+        "decode step",
+        a,
+        "read probe",
+        b,
+        Rule::AOverB,
+    ));
+    let stream = Stream {
+        context: p.short_context,
+        layer_bytes: bytes.layers,
+        head_bytes: bytes.head,
+        kv_bytes: bytes.kv,
+        total_bytes: bytes.total(),
+        probe_bytes: probe.bytes(),
+    };
+
     // The scheduler's own cost under the seed's runs and continuous batching.
     let seed = common::schedule::seed_workload();
     let jobs: Vec<Job> = seed.jobs.iter().map(|j| Job::from_spec(model, j)).collect::<Result<_, _>>()?;
@@ -195,6 +248,7 @@ fn run(args: Args) -> Result<()> {
         model_id,
         prompt_tokens: prompt.len(),
         comparisons,
+        stream,
         agreement,
         llama_cpp: llama_record,
         skipped,
@@ -263,11 +317,13 @@ struct Worker {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     version: String,
+    settings: serde_json::Value,
     gguf: Gguf,
 }
 
 impl Worker {
-    /// Starts the worker on `dir`'s weights as `weights`; the error says why it cannot run.
+    /// Starts the worker on `dir`'s weights as `weights`, with room for `prompt` (whose first ids
+    /// each round prefills) and `decode` steps; the error says why it cannot run.
     fn start(ws: &Workspace, dir: &Path, prompt: &[u32], weights: WeightType, decode: usize) -> Result<Self> {
         let python = ws.root.join(".venv-llama/bin/python");
         if !python.is_file() {
@@ -297,10 +353,18 @@ impl Worker {
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else { bail!("the worker has no pipes") };
         let shown = ws.display_path(&gguf);
         let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
-        let mut worker = Worker { child, stdin, stdout: BufReader::new(stdout), version: String::new(), gguf };
+        let mut worker = Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            version: String::new(),
+            settings: serde_json::Value::Null,
+            gguf,
+        };
         match worker.read() {
             Some(ready) if ready["ready"] == true => {
                 worker.version = ready["version"].as_str().unwrap_or("unknown").to_string();
+                worker.settings = ready["settings"].clone();
                 Ok(worker)
             }
             _ => bail!("its worker did not start on {shown} (its error is above)"),
@@ -318,8 +382,9 @@ impl Worker {
         self.read()
     }
 
-    fn round(&mut self, decode: usize) -> Option<Round> {
-        let prefill = self.ask("prefill")?;
+    /// Prefill of the first `tokens` prompt ids, then `decode` greedy steps.
+    fn round(&mut self, tokens: usize, decode: usize) -> Option<Round> {
+        let prefill = self.ask(&format!("prefill {tokens}"))?;
         let steps = self.ask(&format!("decode {decode}"))?;
         let mut ids = vec![prefill["token"].as_u64()? as u32];
         ids.extend(steps["ids"].as_array()?.iter().filter_map(|v| v.as_u64()).map(|v| v as u32));

@@ -22,7 +22,8 @@ fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
     }
     let manifest = json!({
         "experiment": "engine-bench", "model": "tiny",
-        "parameters": {"decode_tokens": 4, "rounds": 2, "steps": 3, "short_context": 64, "long_context": 256, "batch": 2},
+        "parameters": {"decode_tokens": 4, "rounds": 2, "steps": 3, "short_context": 64, "long_context": 256, "batch": 2,
+                       "prompts": [{"tokens": 128, "rounds": 1}, {"tokens": 512, "rounds": 1}], "probe_bytes": 16 << 20},
         "expectations": null
     });
     std::fs::write(root.join("manifests/engine-bench/tiny.json"), manifest.to_string()).unwrap();
@@ -38,7 +39,15 @@ fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
     // Without llama.cpp's binding its comparisons are skipped, and say so.
     assert!(a.llama_cpp.is_none() && a.skipped.iter().any(|s| s.contains(".venv-llama")), "{:?}", a.skipped);
     let names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["decode vs stock candle", "decode step, long vs short context", "batched decode step"]);
+    assert_eq!(
+        names,
+        ["decode vs stock candle", "decode step, long vs short context", "batched decode step", engine_bench::STREAM]
+    );
+    // The stream is the model's at the short context: its KV part is the cached positions' keys
+    // and values (tiny: 3 layers, 2 KV heads of 16 dimensions, F32).
+    assert_eq!(a.stream.kv_bytes, 64 * 3 * 2 * 2 * 16 * 4);
+    assert_eq!(a.stream.total_bytes, a.stream.layer_bytes + a.stream.head_bytes + a.stream.kv_bytes);
+    assert_eq!(a.stream.probe_bytes, 16 << 20);
     assert_eq!(a.comparisons[0].a.len(), 2, "one pair per round");
     assert_eq!(a.comparisons[1].a.len(), 3, "one pair per step");
     assert_eq!(a.overhead.len(), 4);
