@@ -70,6 +70,8 @@ pub struct Parameters {
     pub prefill_tokens: usize,
     /// Largest prefill step, in tokens.
     pub chunk_sizes: Vec<usize>,
+    /// Prompt lengths prefilled whole, in one step each (long prompts built from the seed's).
+    pub prompt_lengths: Vec<usize>,
     /// Timed decode steps per point (after one untimed).
     pub steps: usize,
     /// Rounds; in each, every point runs on our engine, then on the stock loop.
@@ -100,6 +102,7 @@ impl Parameters {
         nonempty("contexts", &self.contexts, MAX_TOKENS)?;
         nonempty("batches", &self.batches, MAX_BATCH)?;
         nonempty("chunk_sizes", &self.chunk_sizes, MAX_TOKENS)?;
+        nonempty("prompt_lengths", &self.prompt_lengths, MAX_TOKENS)?;
         for (name, v, max) in [
             ("batch_context", self.batch_context, MAX_TOKENS),
             ("prefill_tokens", self.prefill_tokens, MAX_TOKENS),
@@ -126,7 +129,13 @@ impl Parameters {
 
     /// The longest sequence a point needs: its context, the untimed step and the timed ones.
     pub fn longest(&self) -> usize {
-        let context = self.contexts.iter().copied().chain([self.batch_context, self.prefill_tokens]).max();
+        let context = self
+            .contexts
+            .iter()
+            .chain(&self.prompt_lengths)
+            .copied()
+            .chain([self.batch_context, self.prefill_tokens])
+            .max();
         context.unwrap_or(0) + self.steps + 1
     }
 }
@@ -177,15 +186,27 @@ pub struct PrefillPoint {
     pub chunk_ms: Vec<f64>,
 }
 
+/// One prompt of `tokens` prefilled whole, one round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptPoint {
+    pub engine: Engine,
+    pub round: usize,
+    pub tokens: usize,
+    /// Wall time of the prefill, milliseconds.
+    pub ms: f64,
+}
+
 /// Per engine and point, over rounds: each round's median step (decode) or total (prefill).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SummaryRow {
-    /// `decode context C batch B` or `prefill chunk C`.
+    /// `decode context C batch B`, `prefill chunk C` or `prefill prompt L`.
     pub point: String,
     pub engine: Engine,
     pub ms: Summary,
-    /// Tokens per second at the median: `batch` per decode step, `prefill_tokens` per prefill.
+    /// Tokens per second at the median: `batch` per decode step, `prefill_tokens` per chunked
+    /// prefill, `L` per prompt of `L`.
     pub tokens_per_s: Option<f64>,
 }
 
@@ -204,6 +225,7 @@ pub struct Artifact {
     pub model_id: String,
     pub decode: Vec<DecodePoint>,
     pub prefill: Vec<PrefillPoint>,
+    pub prompts: Vec<PromptPoint>,
     pub summary: Vec<SummaryRow>,
     pub ratios: Vec<RatioRow>,
     /// What the numbers are and are not.
@@ -227,13 +249,18 @@ fn prefill_label(chunk: usize) -> String {
     format!("prefill chunk {chunk}")
 }
 
+fn prompt_label(tokens: usize) -> String {
+    format!("prefill prompt {tokens}")
+}
+
 fn median(v: &[f64]) -> f64 {
     summarize(v).p50.unwrap_or(f64::NAN)
 }
 
 /// Each point's per-round value, by engine, in the parameters' order: the median decode step,
-/// or the prefill's total. One function for the binary and the audit.
-fn per_round(p: &Parameters, decode: &[DecodePoint], prefill: &[PrefillPoint]) -> Vec<(String, Engine, Vec<f64>, f64)> {
+/// the chunked prefill's total, or the prompt's prefill. One function for the binary and the audit.
+fn per_round(p: &Parameters, points: &Points) -> Vec<(String, Engine, Vec<f64>, f64)> {
+    let Points { decode, prefill, prompts } = points;
     let mut rows = Vec::new();
     for engine in [Engine::Ours, Engine::StockCandle] {
         for (context, batch) in p.decode_points() {
@@ -252,18 +279,32 @@ fn per_round(p: &Parameters, decode: &[DecodePoint], prefill: &[PrefillPoint]) -
                 .collect();
             rows.push((prefill_label(chunk), engine, values, p.prefill_tokens as f64));
         }
+        for &tokens in &p.prompt_lengths {
+            let values: Vec<f64> =
+                prompts.iter().filter(|d| d.engine == engine && d.tokens == tokens).map(|d| d.ms).collect();
+            rows.push((prompt_label(tokens), engine, values, tokens as f64));
+        }
     }
     rows.retain(|(_, _, values, _)| !values.is_empty());
     rows
 }
 
+/// An artifact's recorded points, by kind.
+pub struct Points<'a> {
+    pub decode: &'a [DecodePoint],
+    pub prefill: &'a [PrefillPoint],
+    pub prompts: &'a [PromptPoint],
+}
+
+impl Artifact {
+    pub fn points(&self) -> Points<'_> {
+        Points { decode: &self.decode, prefill: &self.prefill, prompts: &self.prompts }
+    }
+}
+
 /// The summary rows and the stock-over-ours ratios, from the recorded points.
-pub fn summarize_points(
-    p: &Parameters,
-    decode: &[DecodePoint],
-    prefill: &[PrefillPoint],
-) -> (Vec<SummaryRow>, Vec<RatioRow>) {
-    let rows = per_round(p, decode, prefill);
+pub fn summarize_points(p: &Parameters, points: &Points) -> (Vec<SummaryRow>, Vec<RatioRow>) {
+    let rows = per_round(p, points);
     let summary = rows
         .iter()
         .map(|(point, engine, values, tokens)| {
@@ -304,6 +345,13 @@ fn check(a: &Artifact, f: &mut Findings) {
             "invariants",
             "decode",
             format!("{} points, the parameters give {:?}", a.decode.len(), expected(decode_points)),
+        );
+    }
+    if Some(a.prompts.len()) != expected(p.prompt_lengths.len()) {
+        f.wrong(
+            "invariants",
+            "prompts",
+            format!("{} points, the parameters give {:?}", a.prompts.len(), expected(p.prompt_lengths.len())),
         );
     }
     if Some(a.prefill.len()) != expected(chunks) {
@@ -365,7 +413,20 @@ fn check(a: &Artifact, f: &mut Findings) {
             f.wrong("invariants", format!("prefill[{i}].chunk_ms[{j}]"), "not a positive duration");
         }
     }
-    let (summary, ratios) = summarize_points(p, &a.decode, &a.prefill);
+    for (i, d) in a.prompts.iter().enumerate() {
+        let known = p.prompt_lengths.contains(&d.tokens) && engines.contains(&d.engine) && d.round < p.rounds;
+        if !known {
+            f.wrong("invariants", format!("prompts[{i}]"), "a point the parameters do not give");
+        }
+        let twin = a.prompts.iter().position(|e| (e.engine, e.round, e.tokens) == (d.engine, d.round, d.tokens));
+        if twin != Some(i) {
+            f.wrong("invariants", format!("prompts[{i}]"), "the same point twice");
+        }
+        if positive(&[d.ms]).is_some() {
+            f.wrong("invariants", format!("prompts[{i}].ms"), "not a positive duration");
+        }
+    }
+    let (summary, ratios) = summarize_points(p, &a.points());
     if let Some(i) = (0..summary.len().max(a.summary.len())).find(|&i| summary.get(i) != a.summary.get(i)) {
         f.wrong("invariants", format!("summary[{i}]"), "differs from the statistics recomputed from the points");
     }
@@ -402,7 +463,7 @@ impl Experiment for DecodeScaling {
 
     fn rederive(&self, artifact: &mut Value) {
         common::experiment::rederive_as(artifact, |a: &mut Artifact| {
-            (a.summary, a.ratios) = summarize_points(&a.parameters, &a.decode, &a.prefill);
+            (a.summary, a.ratios) = summarize_points(&a.parameters, &a.points());
         })
     }
 
@@ -460,6 +521,23 @@ impl Experiment for DecodeScaling {
                 Lines { title: chart_title.into(), x_label: x_label.into(), y_label: "milliseconds".into(), lines };
             section.image(stem, chart_title, Chart::Lines(chart));
         }
+        // A prompt's prefill in throughput: flat where the work grows with the prompt alone.
+        let throughput = |engine: Engine| -> (String, Vec<(f64, f64)>) {
+            let pts = p
+                .prompt_lengths
+                .iter()
+                .filter_map(|&l| row(&prompt_label(l), engine).and_then(|r| r.tokens_per_s).map(|t| (l as f64, t)))
+                .collect();
+            (engine.name().to_string(), pts)
+        };
+        let title = "prefill throughput against prompt length (whole prompt, one step)";
+        let chart = Lines {
+            title: title.into(),
+            x_label: "prompt (tokens)".into(),
+            y_label: "tokens/s".into(),
+            lines: engines.iter().map(|&e| throughput(e)).collect(),
+        };
+        section.image("prompt", title, Chart::Lines(chart));
         Ok(section)
     }
 

@@ -1,5 +1,5 @@
-//! `decode-scaling`: decode step time against context and batch, prefill time against chunk size,
-//! our engine beside the stock candle-transformers loop on the same checkpoint, point by point.
+//! `decode-scaling`: decode step time against context and batch, prefill time against chunk size
+//! and prompt length, our engine beside the stock candle-transformers loop on the same checkpoint, point by point.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -8,7 +8,8 @@ use common::experiment::{prepare, CommandLine};
 use common::load::LoadedModel;
 use common::session::Session;
 use decode_scaling::{
-    summarize_points, Args, Artifact, DecodePoint, Engine, Expectations, Parameters, PrefillPoint, EXPERIMENT,
+    summarize_points, Args, Artifact, DecodePoint, Engine, Expectations, Parameters, Points, PrefillPoint, PromptPoint,
+    EXPERIMENT,
 };
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ fn default_parameters() -> Parameters {
         batch_context: 64,
         prefill_tokens: 256,
         chunk_sizes: vec![32, 64, 128, 256],
+        prompt_lengths: vec![256, 1024],
         steps: 4,
         rounds: 2,
         stock: true,
@@ -60,11 +62,12 @@ fn run(args: Args) -> Result<()> {
     // a step's work; the stock loop needs real ids in its cache, our caches are marked filled.
     let (_, prompt) = model.encode_user_prompt("Explain cache invalidation in one sentence.")?;
     let filler = |n: usize| -> Vec<u32> { prompt.iter().copied().cycle().take(n).collect() };
+    let long = common::schedule::long_prompt(model, params.prompt_lengths.iter().copied().max().unwrap_or(0))?;
     let mut stock = if params.stock { Some(Stock::new(model)?) } else { None };
 
-    let (mut decode, mut prefill) = (Vec::new(), Vec::new());
+    let (mut decode, mut prefill, mut prompts) = (Vec::new(), Vec::new(), Vec::new());
     let points = params.decode_points();
-    let total = params.rounds * (points.len() + params.chunk_sizes.len());
+    let total = params.rounds * (points.len() + params.chunk_sizes.len() + params.prompt_lengths.len());
     let mut done = 0;
     for round in 0..params.rounds {
         for &(context, batch) in &points {
@@ -91,9 +94,21 @@ fn run(args: Args) -> Result<()> {
                 prefill.push(PrefillPoint { engine: Engine::StockCandle, round, chunk_size, chunk_ms });
             }
         }
+        for &tokens in &params.prompt_lengths {
+            done += 1;
+            tracing::info!("[{done}/{total}] round {round}: prefill of a {tokens}-token prompt, whole");
+            let ids = &long[..tokens];
+            let ms = ours_prefill(model, ids, tokens)?.iter().sum();
+            prompts.push(PromptPoint { engine: Engine::Ours, round, tokens, ms });
+            if let Some(stock) = stock.as_mut() {
+                let ms = stock.prefill(ids, tokens)?.iter().sum();
+                prompts.push(PromptPoint { engine: Engine::StockCandle, round, tokens, ms });
+            }
+        }
     }
 
-    let (summary, ratios) = summarize_points(&params, &decode, &prefill);
+    let (summary, ratios) =
+        summarize_points(&params, &Points { decode: &decode, prefill: &prefill, prompts: &prompts });
     let provenance = prepared.provenance(common::build_facts!(), args.requested(), serde_json::to_value(&params)?);
     let model_id = prepared
         .resolved
@@ -106,6 +121,7 @@ fn run(args: Args) -> Result<()> {
         model_id,
         decode,
         prefill,
+        prompts,
         summary,
         ratios,
         notes: decode_scaling::NOTES.into(),

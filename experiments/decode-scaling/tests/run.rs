@@ -31,13 +31,15 @@ fn a_run_covers_every_point_audits_ok_and_an_edited_step_is_named() {
     let a: Artifact = common::artifact::read_artifact(&out).unwrap();
     let p = &a.parameters;
     assert_eq!(p.rounds, 1, "--rounds overrides the manifest");
-    // Both loops at every decode point (contexts at batch 1, batches at batch_context) and chunk size.
+    // Both loops at every decode point (contexts at batch 1, batches at batch_context), chunk
+    // size and prompt length.
     assert_eq!(a.decode.len(), 2 * p.decode_points().len());
     assert_eq!(a.prefill.len(), 2 * p.chunk_sizes.len());
+    assert_eq!(a.prompts.len(), 2 * p.prompt_lengths.len());
     for engine in [Engine::Ours, Engine::StockCandle] {
         assert!(a.summary.iter().any(|r| r.engine == engine && r.point == "decode context 64 batch 8"));
     }
-    assert_eq!(a.ratios.len(), p.decode_points().len() + p.chunk_sizes.len());
+    assert_eq!(a.ratios.len(), p.decode_points().len() + p.chunk_sizes.len() + p.prompt_lengths.len());
     assert!(a.decode.iter().all(|d| d.step_ms.len() == p.steps && d.step_ms.iter().all(|t| *t > 0.0)));
     let r = audit(&out);
     assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
