@@ -60,7 +60,7 @@ fn screen(c: &mut Criterion) {
 }
 
 fn attention(c: &mut Criterion) {
-    let (heads, kv_heads, d, capacity) = (14, 2, 64, 1024usize);
+    let (heads, kv_heads, d, capacity) = (14, 2, 64, 4096usize);
     let q = data(capacity * heads * d, 5);
     let (k, v) = (data(kv_heads * capacity * d, 6), data(kv_heads * capacity * d, 7));
     // The tiles of blocks laid out one after another, KV head by KV head.
@@ -69,8 +69,8 @@ fn attention(c: &mut Criterion) {
     }
     let (key_tiles, value_tiles) = (tiles(&k, d), tiles(&v, d));
     let mut group = c.benchmark_group("attend_each");
-    // One decoding row at two contexts, and a whole 1024-position prefill in one chunk.
-    for (len, rows) in [(128, 1), (capacity, 1), (capacity, capacity)] {
+    // One decoding row at three contexts, and whole prefills of 1024 and 4096 positions.
+    for (len, rows) in [(128, 1), (1024, 1), (capacity, 1), (1024, 1024), (capacity, capacity)] {
         let shape = AttentionShape { heads, kv_heads, len, rows, d };
         let (n, per_head) = (len.div_ceil(TILE), capacity / TILE);
         let pick = |all: &[&[f32]]| -> Vec<f32> {

@@ -139,31 +139,28 @@ pub(super) fn attend_block_with(
     out: &mut [f32],
 ) {
     let groups = out.len() / (rows * d);
+    // The block's query vectors side by side, `d` apart: the scores' inner loop then reads its
+    // vectors' coefficients at fixed distances from one address (four separate rows of `q` cost
+    // it registers, and it spilled).
+    let qs: Vec<f32> = (0..rows).flat_map(|r| &q[r * q_stride..][..groups * d]).copied().collect();
     // Each query vector's running maximum and sum.
     let mut maxes = vec![f32::NEG_INFINITY; rows * groups];
     let mut sums = vec![0f32; rows * groups];
     let end = first_position + rows;
     for (t, start) in (0..end).step_by(TILE).enumerate() {
-        let tile = Tile {
-            keys: keys[t],
-            values: &values[t][..((start + TILE).min(end) - start) * d],
-            d,
-            groups,
-            q_stride,
-            scale,
-        };
+        let tile = Tile { keys: keys[t], values: &values[t][..((start + TILE).min(end) - start) * d], d, scale };
         if let (Some(next_keys), Some(next_values)) = (keys.get(t + 1), values.get(t + 1)) {
             prefetch(next_keys);
             prefetch(next_values);
         }
         if start + TILE <= first_position + 1 {
             // Every row of the block sees the whole tile: all its vectors in one sweep.
-            tile.sweep(q, 0..rows * groups, TILE, &mut maxes, &mut sums, out);
+            tile.sweep(&qs, 0..rows * groups, TILE, &mut maxes, &mut sums, out);
         } else {
             // The causal edge: each row sees the tile up to its own position.
             for r in start.saturating_sub(first_position)..rows {
                 let seen = TILE.min(first_position + r + 1 - start);
-                tile.sweep(q, r * groups..(r + 1) * groups, seen, &mut maxes, &mut sums, out);
+                tile.sweep(&qs, r * groups..(r + 1) * groups, seen, &mut maxes, &mut sums, out);
             }
         }
     }
@@ -178,9 +175,6 @@ struct Tile<'a> {
     keys: &'a [f32],
     values: &'a [f32],
     d: usize,
-    /// Query vectors per row, and the distance between rows in `q`.
-    groups: usize,
-    q_stride: usize,
     scale: f32,
 }
 
@@ -227,8 +221,7 @@ impl Tile<'_> {
     ) {
         let d = self.d;
         let mut scores = [[0f32; TILE]; H];
-        let (groups, stride) = (self.groups, self.q_stride);
-        let coefs: [&[f32]; H] = std::array::from_fn(|h| &q[(v + h) / groups * stride + (v + h) % groups * d..][..d]);
+        let coefs: [&[f32]; H] = std::array::from_fn(|h| &q[(v + h) * d..][..d]);
         let mut probs: [&mut [f32]; H] = scores.each_mut().map(|s| &mut s[..seen]);
         in_slices(coefs, self.keys, TILE, &mut probs);
         let mut corrections = [0f32; H];
@@ -408,13 +401,16 @@ pub(super) fn accumulate<const L: usize, const H: usize>(
     outs: [&mut [f32]; H],
 ) -> usize {
     let n = outs[0].len();
+    // Every coefficient row as long as the first: no bounds checks in the loop.
+    let steps = coefs[0].len();
+    let coefs = coefs.map(|c| &c[..steps]);
     while c + L <= n {
         let mut acc = [[0f32; L]; H];
         for h in 0..H {
             acc[h].copy_from_slice(&outs[h][c..c + L]);
         }
-        for t in 0..coefs[0].len() {
-            let row = &rows[t * stride + c..t * stride + c + L];
+        for t in 0..steps {
+            let row = &rows[t * stride + c..][..L];
             for h in 0..H {
                 let coef = coefs[h][t];
                 for (a, x) in acc[h].iter_mut().zip(row) {
