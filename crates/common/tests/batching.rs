@@ -193,7 +193,7 @@ fn the_batched_policy_steps_every_decode_and_fills_its_budget_with_prefill() {
 }
 
 #[test]
-fn half_precision_weights_halve_the_matrices_and_bf16_holds_a_bf16_checkpoint_exactly() {
+fn half_precision_weights_halve_the_matrices_and_keep_the_logits_near_f32s() {
     let dir = support::tiny_dir();
     let f32m = LoadedModel::load(&dir).unwrap();
     let prompt = &prompts(&f32m)[0];
@@ -212,10 +212,14 @@ fn half_precision_weights_halve_the_matrices_and_bf16_holds_a_bf16_checkpoint_ex
         let logits = run(&m);
         for (a, b) in reference.iter().zip(&logits) {
             let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-            assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-3 * scale), "{dtype:?} logits stray from F32");
-            if dtype == WeightDtype::Bf16 {
-                // The generated checkpoint is stored in BF16: the same values, the same bits.
-                assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "BF16 logits differ from F32");
+            let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale;
+            if dtype == WeightDtype::F16 {
+                assert!(worst <= 1e-3, "F16 logits stray from F32 by {worst} of their scale");
+            } else {
+                // The checkpoint is stored in BF16, so the weights are the same values; the
+                // layers' products round the activations to BF16 (kernel::paired), which moves
+                // the logits by a small share of their scale, never to the same bits by chance.
+                assert!(worst > 0.0 && worst <= 3e-2, "BF16 logits stray from F32 by {worst} of their scale");
             }
         }
     }

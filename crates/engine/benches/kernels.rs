@@ -1,5 +1,6 @@
 //! The kernels alone, on the 0.5B model's shapes: a projection in rows (the head's way) and in
-//! panels (the layers' way) for one and four activation rows and each weight type, the head
+//! panels (the layers' way; BF16's paired) for one, four and 64 activation rows (a decode step, a
+//! batch, a prefill chunk) and each weight type, the head
 //! screen's integer products, attention of one new position over a 1024-position cache, and the
 //! MLP activation. `cargo bench -p engine --bench kernels` (criterion keeps the history under
 //! `target/criterion/` and reports the change from the last run); `cargo test` runs each once.
@@ -26,13 +27,13 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn projection<W: Weight>(c: &mut Criterion, name: &str, widen: fn(f32) -> W) {
+fn projection<W: Weight>(c: &mut Criterion, name: &str, widen: fn(f32) -> W, panels: Layout) {
     let mut group = c.benchmark_group(format!("linear/{name}"));
     let w: Vec<W> = data(GATE_UP * HIDDEN, 1).into_iter().map(widen).collect();
     group.throughput(Throughput::Bytes((w.len() * std::mem::size_of::<W>()) as u64));
-    for (label, layout) in [("rows", Layout::rows(HIDDEN)), ("panels", Layout::panels(HIDDEN))] {
+    for (label, layout) in [("rows", Layout::rows(HIDDEN)), ("panels", panels)] {
         let laid = layout.arrange(&w);
-        for rows in [1, 4] {
+        for rows in [1, 4, 64] {
             let x = data(rows * HIDDEN, 2);
             group.bench_function(BenchmarkId::new(label, rows), |b| {
                 b.iter(|| linear(black_box(&laid), layout, None, black_box(&x), rows))
@@ -43,9 +44,9 @@ fn projection<W: Weight>(c: &mut Criterion, name: &str, widen: fn(f32) -> W) {
 }
 
 fn projections(c: &mut Criterion) {
-    projection::<f32>(c, "f32", |v| v);
-    projection::<f16>(c, "f16", f16::from_f32);
-    projection::<bf16>(c, "bf16", bf16::from_f32);
+    projection::<f32>(c, "f32", |v| v, Layout::panels(HIDDEN));
+    projection::<f16>(c, "f16", f16::from_f32, Layout::panels(HIDDEN));
+    projection::<bf16>(c, "bf16", bf16::from_f32, Layout::paired_panels(HIDDEN));
 }
 
 fn screen(c: &mut Criterion) {

@@ -1,8 +1,8 @@
 //! The precision a model's weight matrices are held in: part of how a model is supplied to a run
 //! (and recorded in its provenance), so it lives below both the engine and the records.
 
-/// What the weight matrices are stored in. Activations, accumulation, norms and the KV cache are
-/// F32 either way.
+/// What the weight matrices are stored in. Accumulation, norms and the KV cache are F32 either
+/// way; activations too, but for the engine's BF16 dot products (`engine::qwen::arithmetic`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightDtype {
@@ -13,7 +13,8 @@ pub enum WeightDtype {
     /// within F16's normal range (6.1e-5 to 65504); others lose bits, vanish or overflow.
     F16,
     /// Rounded to BF16 at load: half the bytes to stream per step, and exact for checkpoints
-    /// stored in BF16 (as Qwen2.5's are), whose values it holds bit for bit.
+    /// stored in BF16 (as Qwen2.5's are), whose values it holds bit for bit. The engine's layers
+    /// then round their activations to BF16 too, for the BF16 dot product (`engine::qwen::arithmetic`).
     Bf16,
 }
 

@@ -196,6 +196,22 @@ impl Comparison {
     }
 }
 
+/// One weight dtype's arithmetic, in words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arithmetic {
+    pub dtype: String,
+    pub arithmetic: String,
+}
+
+/// What every artifact records of our dtypes' arithmetic.
+pub fn arithmetic() -> Vec<Arithmetic> {
+    [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::F16]
+        .into_iter()
+        .map(|d| Arithmetic { dtype: d.name().into(), arithmetic: common::qwen::arithmetic(d).into() })
+        .collect()
+}
+
 /// How far two engines' greedy ids agree from the start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -263,6 +279,8 @@ pub struct Artifact {
     /// The seed prompt's tokens: the prompt of the comparisons that are not by prompt length.
     pub prompt_tokens: usize,
     pub comparisons: Vec<Comparison>,
+    /// How our engine computes with each weight dtype it ran ([`common::qwen::arithmetic`]).
+    pub arithmetic: Vec<Arithmetic>,
     pub stream: Stream,
     pub agreement: Vec<Agreement>,
     pub llama_cpp: Option<LlamaCpp>,
@@ -294,6 +312,11 @@ pub fn decode_name(pair: &str, tokens: usize) -> String {
 
 pub fn agreement_name(pair: &str, tokens: usize) -> String {
     format!("{pair}, prompt {tokens}")
+}
+
+/// Our half-precision ids against our F32 ids on the same prompt, as an agreement is named.
+pub fn against_f32(dtype: WeightDtype) -> String {
+    format!("ours {} vs ours f32", dtype.name())
 }
 
 /// The comparison of a decode step's stream with the machine's read bandwidth.
@@ -345,6 +368,14 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
             agreements.push(agreement_name(pair, prompt.tokens));
         }
     }
+    // Our half precision against our F32 where both ran (the F32 ids come from the F32 pair).
+    if llama.contains(&llama_pair(WeightType::F32, WeightDtype::F32)) {
+        for (w, dtypes) in AGAINST_LLAMA {
+            for d in dtypes.iter().filter(|d| **d != WeightDtype::F32 && llama.contains(&llama_pair(w, **d))) {
+                agreements.extend(p.prompts.iter().map(|prompt| agreement_name(&against_f32(*d), prompt.tokens)));
+            }
+        }
+    }
     let mut names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
     names.sort_unstable();
     let mut wanted: Vec<&str> = planned.iter().map(|(n, _)| n.as_str()).collect();
@@ -386,6 +417,9 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
     if s.context != p.short_context || s.probe_bytes == 0 || s.layer_bytes + s.head_bytes + s.kv_bytes != s.total_bytes
     {
         f.wrong("invariants", "stream", "not at the short context, or its parts do not sum to its total");
+    }
+    if a.arithmetic != arithmetic() {
+        f.wrong("invariants", "arithmetic", "is not how this engine computes with its dtypes");
     }
     if let Some(i) = a.agreement.iter().position(|g| g.agree > g.of || g.of > p.decode_tokens + 1) {
         f.wrong("invariants", format!("agreement[{i}]"), "more agreeing ids than ids, or than a round generates");
@@ -517,6 +551,9 @@ impl Experiment for EngineBench {
             st.kv_bytes as f64 / 1e6,
             st.probe_bytes as f64 / 1e6
         );
+        for x in &a.arithmetic {
+            let _ = writeln!(md, "\nOurs in {}: {}.", x.dtype, x.arithmetic);
+        }
         if let Some(l) = &a.llama_cpp {
             let _ = writeln!(md, "\nllama.cpp (binding {}) ran with {}.", l.version, l.settings);
         }

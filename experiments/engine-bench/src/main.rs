@@ -80,6 +80,8 @@ fn run(args: Args) -> Result<()> {
     // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16: each
     // prompt length prefilled whole, then decoded at that context.
     let mut llama_record: Option<LlamaCpp> = None;
+    // Our F32 ids at each prompt length (the first round's), for our half precision to agree with.
+    let mut f32_ids: Vec<Vec<u32>> = Vec::new();
     for (weights, ours_dtypes) in engine_bench::AGAINST_LLAMA {
         let worker = match Worker::start(ws, &dir, &long_prompt, weights, p.decode_tokens) {
             Ok(w) => w,
@@ -99,7 +101,7 @@ fn run(args: Args) -> Result<()> {
             let held = if dtype == WeightDtype::F32 { None } else { Some(LoadedModel::load_as(&dir, dtype)?) };
             let ours_model = held.as_ref().unwrap_or(model);
             let pair = engine_bench::llama_pair(weights, dtype);
-            for length in &p.prompts {
+            for (l, length) in p.prompts.iter().enumerate() {
                 let (tokens, rounds) = (length.tokens, length.rounds);
                 tracing::info!("{pair}: prompt of {tokens} tokens, {rounds} rounds");
                 let (mut o, mut t) = (Vec::new(), Vec::new());
@@ -134,6 +136,15 @@ fn run(args: Args) -> Result<()> {
                     agree,
                     of: o[0].ids.len().min(t[0].ids.len()),
                 });
+                if dtype == WeightDtype::F32 {
+                    f32_ids.push(o[0].ids.clone());
+                } else if let Some(f32) = f32_ids.get(l) {
+                    agreement.push(Agreement {
+                        what: engine_bench::agreement_name(&engine_bench::against_f32(dtype), tokens),
+                        agree: o[0].ids.iter().zip(f32).take_while(|(a, b)| a == b).count(),
+                        of: o[0].ids.len().min(f32.len()),
+                    });
+                }
             }
         }
     }
@@ -248,6 +259,7 @@ fn run(args: Args) -> Result<()> {
         model_id,
         prompt_tokens: prompt.len(),
         comparisons,
+        arithmetic: engine_bench::arithmetic(),
         stream,
         agreement,
         llama_cpp: llama_record,

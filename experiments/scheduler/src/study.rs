@@ -159,10 +159,7 @@ impl Environment {
             tokenizers: provenance.build.tokenizers.clone(),
             platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
             device: "cpu".into(),
-            dtype: match weights {
-                common::weights::WeightDtype::F32 => "f32".into(),
-                other => format!("{} weights, f32 activations and accumulation", other.name()),
-            },
+            dtype: common::qwen::arithmetic(weights).into(),
             threads: provenance.threads,
         }
     }

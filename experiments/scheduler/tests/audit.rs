@@ -267,8 +267,9 @@ fn half_precision_runs_keep_apart_record_their_dtype_and_report_where_ids_leave_
     assert!(path.starts_with(s.ws.root.join("artifacts/scheduler/tiny-bf16")), "{}", path.display());
     let a: SchedulerArtifact = read_artifact(&path).unwrap();
     assert_eq!(a.provenance.model.as_ref().unwrap().weights, WeightDtype::Bf16);
-    assert!(a.environment.dtype.starts_with("bf16 weights"), "{}", a.environment.dtype);
-    // The tiny checkpoint is stored in BF16, so BF16 weights are its exact values: same ids.
+    assert_eq!(a.environment.dtype, common::qwen::arithmetic(WeightDtype::Bf16));
+    // The tiny checkpoint is stored in BF16, so BF16 weights are its exact values; the layers'
+    // activations rounded to BF16 move its logits, not its greedy ids (its margins are wide).
     assert!(a.checks.expected.as_ref().unwrap().matched);
     let r = s.audit(&path);
     assert_eq!(r.verdict, Verdict::Ok, "{:?}", r.findings);

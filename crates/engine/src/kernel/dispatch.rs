@@ -12,6 +12,8 @@ pub(crate) struct Cpu {
     pub avx512: bool,
     /// AVX-512 VNNI (with the above): the integer products' instruction.
     pub vnni: bool,
+    /// AVX-512 BF16 (with the above): the BF16 dot products of paired panels.
+    pub bf16dot: bool,
     /// F16C: widening F16 weights.
     pub f16c: bool,
 }
@@ -27,12 +29,12 @@ fn detect() -> Cpu {
     use std::arch::is_x86_feature_detected as has;
     let avx2 = has!("avx2") && has!("fma");
     let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
-    Cpu { avx2, avx512, vnni: avx512 && has!("avx512vnni"), f16c: has!("f16c") }
+    Cpu { avx2, avx512, vnni: avx512 && has!("avx512vnni"), bf16dot: avx512 && has!("avx512bf16"), f16c: has!("f16c") }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 fn detect() -> Cpu {
-    Cpu { avx2: false, avx512: false, vnni: false, f16c: false }
+    Cpu { avx2: false, avx512: false, vnni: false, bf16dot: false, f16c: false }
 }
 
 /// Defines `$name` as the function `$with` compiled three times, plain, for AVX2 (with FMA) and

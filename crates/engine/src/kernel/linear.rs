@@ -26,21 +26,39 @@ pub(crate) const PANEL: usize = 32;
 /// 18.9-20.7 ms (in rows: 19.7-21.4), four rows 22.1-23.9 ms (in rows: 29.3-30.6); a prefill
 /// chunk of 258 rows at twice candle's rate (gate and up, 9728 × 896: 9.5-10.9 ms against
 /// 19.7-25.9 ms).
+///
+/// BF16 weights in panels go one step further ([`Layout::paired_panels`]): the inputs in pairs,
+/// each row's two weights of a pair side by side, the operand of a BF16 dot product
+/// ([`super::paired`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     k: usize,
     panels: bool,
+    pairs: bool,
 }
 
 impl Layout {
     /// Row-major.
     pub fn rows(k: usize) -> Self {
-        Layout { k, panels: false }
+        Layout { k, panels: false, pairs: false }
     }
 
     /// In panels of [`PANEL`] rows.
     pub fn panels(k: usize) -> Self {
-        Layout { k, panels: true }
+        Layout { k, panels: true, pairs: false }
+    }
+
+    /// In panels of [`PANEL`] rows, input pairs interleaved: for each pair of inputs `(2i, 2i+1)`,
+    /// the panel's rows' two weights, row by row. For BF16 weights, with an even `k` (panics
+    /// otherwise); [`linear`] then rounds the activations to BF16 ([`super::paired`] says why).
+    pub fn paired_panels(k: usize) -> Self {
+        assert!(k.is_multiple_of(2), "paired panels need an even number of inputs");
+        Layout { k, panels: true, pairs: true }
+    }
+
+    /// Whether this layout pairs the inputs ([`Self::paired_panels`]).
+    pub fn paired(self) -> bool {
+        self.pairs
     }
 
     /// Columns (inputs) of the matrix.
@@ -54,9 +72,10 @@ impl Layout {
             return w.to_vec();
         }
         let mut laid = Vec::with_capacity(w.len());
+        let step = if self.pairs { 2 } else { 1 };
         for panel in w.chunks(PANEL * self.k) {
-            for i in 0..self.k {
-                laid.extend(panel.chunks_exact(self.k).map(|row| row[i]));
+            for i in (0..self.k).step_by(step) {
+                laid.extend(panel.chunks_exact(self.k).flat_map(|row| &row[i..i + step]));
             }
         }
         laid
@@ -76,13 +95,18 @@ pub trait Weight: Copy + Send + Sync + 'static {
     /// `w` is one panel of `PANEL` rows of `x.len() / rows` inputs, and `y` may be written at
     /// `PANEL` values from each of `y`, `y + stride`, ..., one per row of `x`.
     unsafe fn panel_simd(w: &[Self], x: &[f32], rows: usize, y: *mut f32, stride: usize) -> bool;
+    /// The weights as BF16, when they are (the only type [`Layout::paired_panels`] holds).
+    fn as_bf16(w: &[Self]) -> Option<&[bf16]>;
 }
 
 /// The weight types differ only in how a value widens and which SIMD functions they use (F16
 /// also needs F16C).
 macro_rules! weight {
-    ($ty:ty, $block:ident, $panel:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr) => {
+    ($ty:ty, $block:ident, $panel:ident, needs_f16c: $f16c:expr, |$v:ident| $to_f32:expr, as_bf16: $as_bf16:expr) => {
         impl Weight for $ty {
+            fn as_bf16(w: &[$ty]) -> Option<&[bf16]> {
+                $as_bf16(w)
+            }
             fn to_f32(self) -> f32 {
                 let $v = self;
                 $to_f32
@@ -113,9 +137,9 @@ macro_rules! weight {
     };
 }
 
-weight!(f32, block_f32, panel_f32, needs_f16c: false, |v| v);
-weight!(f16, block_f16, panel_f16, needs_f16c: true, |v| f16::to_f32(v));
-weight!(bf16, block_bf16, panel_bf16, needs_f16c: false, |v| bf16::to_f32(v));
+weight!(f32, block_f32, panel_f32, needs_f16c: false, |v| v, as_bf16: |_| None);
+weight!(f16, block_f16, panel_f16, needs_f16c: true, |v| f16::to_f32(v), as_bf16: |_| None);
+weight!(bf16, block_bf16, panel_bf16, needs_f16c: false, |v| bf16::to_f32(v), as_bf16: Some);
 
 /// `y = x · wᵀ (+ bias)`: `x` is `rows × k`, `w` is `out × k` (a linear layer's weight) in
 /// `layout`, `y` is `rows × out`; `x` and `y` row-major. Any number of rows.
@@ -126,7 +150,12 @@ pub fn linear<W: Weight>(w: &[W], layout: Layout, bias: Option<&[f32]>, x: &[f32
         return Vec::new();
     }
     let out = w.len() / k;
-    let mut y = if layout.panels { in_panels(w, k, x, rows) } else { in_rows(w, k, x, rows) };
+    let mut y = match (layout.pairs, W::as_bf16(w)) {
+        (true, Some(w)) => super::paired::in_panels(w, k, x, rows),
+        (true, None) => panic!("linear: paired panels hold BF16 weights"),
+        (false, _) if layout.panels => in_panels(w, k, x, rows),
+        (false, _) => in_rows(w, k, x, rows),
+    };
     // Bias added after the product, as candle's Linear adds it.
     if let Some(b) = bias {
         y.chunks_exact_mut(out).for_each(|row| row.iter_mut().zip(b).for_each(|(y, b)| *y += b));
@@ -172,7 +201,7 @@ pub(super) fn in_panels<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize) ->
 
 /// A product's output buffer, shared by tasks that write disjoint values of it ([`in_panels`]).
 #[derive(Clone, Copy)]
-pub(super) struct Outputs(*mut f32);
+pub(super) struct Outputs(pub(super) *mut f32);
 
 // SAFETY: only moved between the threads of one parallel region, while the buffer lives, by
 // tasks that write disjoint values.
@@ -182,7 +211,7 @@ unsafe impl Sync for Outputs {}
 impl Outputs {
     /// The value at `offset`. (A method, so that a closure captures the whole `Outputs`, not its
     /// pointer alone, which is neither `Send` nor `Sync`.)
-    fn at(self, offset: usize) -> *mut f32 {
+    pub(super) fn at(self, offset: usize) -> *mut f32 {
         self.0.wrapping_add(offset)
     }
 }

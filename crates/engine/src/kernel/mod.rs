@@ -22,7 +22,7 @@
 //! their caches, decoding and prefilling alike ([`attend_each`]); and, to judge them by, the
 //! machine's own read bandwidth ([`ReadProbe`]).
 //!
-//! One module per kernel ([`linear`], [`attention`], [`int`], [`mlp`], [`stream`]), one per instruction set
+//! One module per kernel ([`linear`], [`paired`] (BF16 dot products), [`attention`], [`int`], [`mlp`], [`stream`]), one per instruction set
 //! (`x86/avx2.rs` and `x86/avx512.rs`, the intrinsics, behind `x86/mod.rs`; the portable paths
 //! sit beside each kernel), and one
 //! dispatch ([`dispatch`]): the CPU's vector features detected once, and every kernel choosing its
@@ -33,6 +33,7 @@ mod dispatch;
 mod int;
 mod linear;
 mod mlp;
+mod paired;
 mod stream;
 #[cfg(test)]
 pub(crate) mod tests;

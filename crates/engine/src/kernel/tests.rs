@@ -226,6 +226,63 @@ fn the_256_and_512_bit_paths_compute_the_same_bits() {
     }
 }
 
+/// The BF16 dot product of paired panels, one scalar step at a time from the row-major matrix:
+/// activations rounded to BF16 (subnormals to zero), then per input pair the odd input's product
+/// added, then the even one's, each a fused multiply-add whose subnormal result is a signed zero.
+fn bf16_dot_reference(w: &[bf16], x: &[f32]) -> f32 {
+    let flush = |v: f32| if v.abs() < f32::MIN_POSITIVE { 0f32.copysign(v) } else { v };
+    let round = |v: f32| flush(bf16::from_f32(v).to_f32());
+    let mut acc = 0f32;
+    for (w, x) in w.chunks_exact(2).zip(x.chunks_exact(2)) {
+        acc = flush(round(x[1]).mul_add(flush(w[1].to_f32()), acc));
+        acc = flush(round(x[0]).mul_add(flush(w[0].to_f32()), acc));
+    }
+    acc
+}
+
+#[test]
+fn paired_panels_compute_bf16_dot_products_in_the_instructions_order() {
+    // Whole and narrow panels, groups of one to eight rows and past them; then values so small
+    // that products and sums fall below F32's normal range and are flushed.
+    for (out, k, rows, scale) in [(64, 2, 1, 1.0), (70, 76, 11, 1.0), (40, 136, 8, 1.0), (33, 40, 3, 1e-19)] {
+        let w: Vec<bf16> = data(out * k, 40).iter().map(|v| bf16::from_f32(v * scale)).collect();
+        let x: Vec<f32> = data(rows * k, 41).iter().map(|v| v * scale).collect();
+        let layout = Layout::paired_panels(k);
+        let y = linear(&layout.arrange(&w), layout, None, &x, rows);
+        for r in 0..rows {
+            for j in 0..out {
+                let want = bf16_dot_reference(&w[j * k..(j + 1) * k], &x[r * k..(r + 1) * k]);
+                assert_eq!(y[r * out + j].to_bits(), want.to_bits(), "{out}x{k}x{rows} y[{r}][{j}]");
+            }
+        }
+        // A row alone computes its bits in the batch.
+        let alone = linear(&layout.arrange(&w), layout, None, &x[(rows - 1) * k..], 1);
+        assert_eq!(alone, y[(rows - 1) * out..]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_bf16_dot_product_instruction_computes_the_portable_bits() {
+    if !cpu().bf16dot {
+        eprintln!("skipped: this CPU lacks AVX-512 BF16, so it runs the portable path only");
+        return;
+    }
+    for (k, rows, scale) in [(2, 1, 1.0f32), (76, 11, 1.0), (136, 8, 1e-19), (896, 3, 1.0)] {
+        let w: Vec<bf16> = data(PANEL * k, 42).iter().map(|v| bf16::from_f32(v * scale)).collect();
+        let x: Vec<f32> = data(rows * k, 43).iter().map(|v| v * scale).collect();
+        let (w, xp) = (Layout::paired_panels(k).arrange(&w), super::paired::round_pairs(&x));
+        let mut plain = vec![0f32; rows * PANEL];
+        super::paired::panel_dots_with(&w, &xp, k / 2, &mut plain);
+        let mut simd = vec![0f32; rows * PANEL];
+        // SAFETY: the CPU has AVX-512 BF16 (checked above); one whole panel; `simd` holds
+        // `rows` rows of `PANEL`.
+        unsafe { simd::avx512::panel_pairs(&w, &xp, rows, k / 2, simd.as_mut_ptr(), PANEL) };
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&simd), bits(&plain), "{k}x{rows} scale {scale}");
+    }
+}
+
 /// One session's cache for the attention tests: `len` filled positions in blocks of a pool laid
 /// out backwards (so that a tile's block is not its index), and the queries of its last `rows`.
 struct Session {

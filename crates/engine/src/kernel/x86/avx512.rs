@@ -125,6 +125,69 @@ unsafe fn panel_rows<W: Weight>(
     }
 }
 
+/// [`super::super::paired`]'s panel with AVX-512 BF16: the activation rows in groups of up to
+/// eight, each group one pass over the panel; per input pair, the panel's 64 weights (two
+/// vectors, each row's pair side by side) are loaded once, and each row's pair of activations,
+/// broadcast, meets them in two `vdpbf16ps`, one output per lane.
+///
+/// # Safety
+/// The CPU has AVX-512 BF16; `w` is one whole panel of `pairs` input pairs; `y` may be written
+/// at `PANEL` values from each of `y`, `y + stride`, ..., one per row of `xp`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(in crate::kernel) unsafe fn panel_pairs(
+    w: &[bf16],
+    xp: &[u32],
+    rows: usize,
+    pairs: usize,
+    y: *mut f32,
+    stride: usize,
+) {
+    let mut r = 0;
+    while r < rows {
+        let (w, x, y) = (w.as_ptr(), xp[r * pairs..].as_ptr(), y.add(r * stride));
+        let g = (rows - r).min(8);
+        match g {
+            1 => pairs_group::<1>(w, pairs, x, y, stride),
+            2 => pairs_group::<2>(w, pairs, x, y, stride),
+            3 => pairs_group::<3>(w, pairs, x, y, stride),
+            4 => pairs_group::<4>(w, pairs, x, y, stride),
+            5 => pairs_group::<5>(w, pairs, x, y, stride),
+            6 => pairs_group::<6>(w, pairs, x, y, stride),
+            7 => pairs_group::<7>(w, pairs, x, y, stride),
+            _ => pairs_group::<8>(w, pairs, x, y, stride),
+        }
+        r += g;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn pairs_group<const G: usize>(w: *const bf16, pairs: usize, x: *const u32, y: *mut f32, stride: usize) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; G];
+    for p in 0..pairs {
+        let at = w.add(p * 2 * PANEL);
+        if G > 1 {
+            prefetch_panel(at);
+            prefetch_panel(at.add(PANEL));
+        }
+        let v: [__m512bh; 2] = [
+            std::mem::transmute(_mm512_loadu_si512(at.cast())),
+            std::mem::transmute(_mm512_loadu_si512(at.add(PANEL).cast())),
+        ];
+        for g in 0..G {
+            let b: __m512bh = std::mem::transmute(_mm512_set1_epi32(*x.add(g * pairs + p) as i32));
+            for h in 0..2 {
+                acc[g][h] = _mm512_dpbf16_ps(acc[g][h], v[h], b);
+            }
+        }
+    }
+    for g in 0..G {
+        for h in 0..2 {
+            _mm512_storeu_ps(y.add(g * stride + 16 * h), acc[g][h]);
+        }
+    }
+}
+
 /// [`super::super::int`]'s `int_block` with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
 /// and feed every activation row of a group of four.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
