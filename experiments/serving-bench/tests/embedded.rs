@@ -2,6 +2,8 @@
 //! answers, its limits, its stepping (the scheduler's loop, ids and all), how its tokens leave,
 //! and what no client can do to it; then the whole benchmark end to end.
 
+mod support;
+
 use common::load::LoadedModel;
 use common::policy::Policy;
 use common::stepper::StepHook;
@@ -1216,16 +1218,7 @@ fn unreachable_targets_say_why_and_never_print_a_password() {
 /// A TLS listener with a fresh self-signed certificate that completes no handshake the client
 /// refuses (a real server cannot be given an untrusted certificate on demand).
 async fn self_signed_listener() -> String {
-    use tokio_rustls::rustls;
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
-    let config = rustls::ServerConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.cert.der().clone()], key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = support::self_signed_acceptor();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -3,6 +3,8 @@
 //! inference server cannot be made to do on demand. Every fault must end as a classified failure
 //! (never a panic, never a lost record), and a clean stream in one-byte reads must succeed.
 
+mod support;
+
 use serving_bench::client::{http_client, measure, request_headers, Kind, RequestOptions, Spec, Target, Timeouts};
 use serving_bench::serving::{Endpoint, ErrorClass, RequestRecord};
 use std::time::{Duration, Instant};
@@ -161,13 +163,7 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
     let r = run(Kind::Ollama, scripted(vec![w(&body)]).await, timeouts()).await;
     assert_eq!(r.error, Some(ErrorClass::EmptyStream), "{:?}", r.error_detail);
     // It is counted among the failures by its class, as the audit recomputes them.
-    let runtimes = [serving_bench::serving::Runtime {
-        name: "scripted".into(),
-        kind: "ollama".into(),
-        base_url: String::new(),
-        model: "m".into(),
-        replicas: Vec::new(),
-    }];
+    let runtimes = [scripted_runtime("ollama")];
     let summary = serving_bench::serving::summarize_all(
         &serving_bench::cli::seed_parameters(),
         &runtimes,
@@ -252,13 +248,7 @@ async fn usage_that_contradicts_the_request_is_a_failure_of_its_own_and_enters_n
     let r = run_with(&http_client(&t, Default::default(), false), target, t).await;
     assert_eq!(r.error, Some(ErrorClass::InconsistentUsage), "{:?}", r.error_detail);
     // In the summary it is a failure by its class, and no token of it is throughput.
-    let runtimes = [serving_bench::serving::Runtime {
-        name: "scripted".into(),
-        kind: "openai".into(),
-        base_url: String::new(),
-        model: "m".into(),
-        replicas: Vec::new(),
-    }];
+    let runtimes = [scripted_runtime("openai")];
     let row = &serving_bench::serving::summarize_all(&serving_bench::cli::seed_parameters(), &runtimes, &[r])[0];
     assert_eq!(row["failures_by_class"]["inconsistent_usage"], 1, "{row:?}");
     assert_eq!(row["successes"], 0);
@@ -291,13 +281,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
     assert_eq!((gaps[0], gaps[2]), (r.chunk_gaps_s[0] / 2.0, r.chunk_gaps_s[1]));
     assert!(String::from_utf8(seen.await.unwrap()).unwrap().contains("\"continuous_usage_stats\":true"));
     // Without a count on every chunk the record keeps none, and inter-token latency is per chunk.
-    let runtimes = [serving_bench::serving::Runtime {
-        name: "scripted".into(),
-        kind: "openai".into(),
-        base_url: String::new(),
-        model: "m".into(),
-        replicas: Vec::new(),
-    }];
+    let runtimes = [scripted_runtime("openai")];
     let row = &serving_bench::serving::summarize_all(
         &serving_bench::cli::seed_parameters(),
         &runtimes,
@@ -317,16 +301,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
 /// A TLS server with a fresh self-signed certificate, answering each of `connections` with the
 /// good stream; a real server cannot be given an untrusted certificate on demand.
 async fn tls_server(connections: usize) -> String {
-    use tokio_rustls::rustls;
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
-    let config = rustls::ServerConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.cert.der().clone()], key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let acceptor = support::self_signed_acceptor();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -467,4 +442,15 @@ async fn ollama_stream_in_one_byte_reads_keeps_counters() {
     assert_eq!((r.ollama_eval_count, r.ollama_prompt_eval_count), (Some(2), Some(6)));
     assert_eq!(r.decode_tps(), Some(500.0));
     assert_eq!(r.prompt_tps(), Some(6000.0));
+}
+
+/// The runtime a scripted server's records are summarized under.
+fn scripted_runtime(kind: &str) -> serving_bench::serving::Runtime {
+    serving_bench::serving::Runtime {
+        name: "scripted".into(),
+        kind: kind.into(),
+        base_url: String::new(),
+        model: "m".into(),
+        replicas: Vec::new(),
+    }
 }
