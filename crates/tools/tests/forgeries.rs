@@ -135,6 +135,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("runs[].peak_rss_bytes", &[], "measured"),
     ("decode[].step_ms[]", &["nudge", "jump"], "measured"),
     ("prefill[].chunk_ms[]", &["nudge", "jump"], "measured"),
+    ("prompts[].ms", &["nudge", "jump"], "measured"),
     ("comparisons[].a[]", &["nudge", "jump"], "measured"),
     ("comparisons[].b[]", &["nudge", "jump"], "measured"),
     ("overhead[].overhead_ms", &[], "measured"),
@@ -153,6 +154,10 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("model_metadata.*", &[], "server"),
     ("runtimes[].base_url", &[], "server"),
     ("runtimes[].model", &[], "server"),
+    ("embedded_kv.*", &[], "server"),
+    // A KV pool's high-water mark, kept as blocks were taken: a whole number of blocks within the
+    // pool and at least the largest request's, which is all the timeline fixes.
+    ("runs[].peak_kv_bytes", &["step", "jump"], "pool"),
     // What a workload's file held or its draw made: the audit has neither the file nor the
     // tokenizer (a built-in workload's prompts and record are checked; a file's lengths in
     // characters when every item was sent).
@@ -171,6 +176,11 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("prompt_tokens", &[], "text"),
     ("llama_cpp.version", &[], "peer"),
     ("llama_cpp.gguf[].*", &[], "peer"),
+    ("llama_cpp.settings.*", &[], "peer"),
+    ("agreement[].agree", &["step"], "peer"),
+    ("stream.layer_bytes", &[], "model"),
+    ("stream.head_bytes", &[], "model"),
+    ("stream.kv_bytes", &[], "model"),
     ("comparisons[].a_label", &[], "words"),
     ("comparisons[].b_label", &[], "words"),
     ("comparisons[].meaning", &[], "words"),

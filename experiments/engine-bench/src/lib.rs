@@ -414,9 +414,16 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
         f.wrong("invariants", "agreement", format!("{agreed:?}, one per llama.cpp pair and prompt {agreements:?}"));
     }
     let s = &a.stream;
-    if s.context != p.short_context || s.probe_bytes == 0 || s.layer_bytes + s.head_bytes + s.kv_bytes != s.total_bytes
+    let probe = common::kernel::ReadProbe::bytes_for(p.probe_bytes);
+    if s.context != p.short_context
+        || s.probe_bytes != probe
+        || s.layer_bytes.checked_add(s.head_bytes).and_then(|b| b.checked_add(s.kv_bytes)) != Some(s.total_bytes)
     {
-        f.wrong("invariants", "stream", "not at the short context, or its parts do not sum to its total");
+        f.wrong(
+            "invariants",
+            "stream",
+            format!("not at the short context, its probe not the {probe} bytes the parameters make, or its parts do not sum to its total"),
+        );
     }
     if a.arithmetic != arithmetic() {
         f.wrong("invariants", "arithmetic", "is not how this engine computes with its dtypes");

@@ -192,6 +192,7 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
         };
         let largest = run.requests.iter().map(|r| r.kv_cache_bytes).max().unwrap_or(0);
         if run.kv_pool_bytes != pool_blocks * each
+            || !run.peak_kv_bytes.is_multiple_of(each)
             || run.peak_kv_bytes > run.kv_pool_bytes
             || run.peak_kv_bytes < largest
         {
@@ -199,7 +200,7 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
                 "invariants",
                 format!("runs[{i}].peak_kv_bytes"),
                 format!(
-                    "peak {} bytes in a pool of {} bytes: the pool is {pool_blocks} blocks of {each} bytes, the peak within it and at least the largest request's {largest}",
+                    "peak {} bytes in a pool of {} bytes: the pool is {pool_blocks} blocks of {each} bytes, the peak whole blocks within it and at least the largest request's {largest}",
                     run.peak_kv_bytes, run.kv_pool_bytes
                 ),
             );

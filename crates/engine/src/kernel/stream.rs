@@ -19,9 +19,14 @@ pub struct ReadProbe {
 }
 
 impl ReadProbe {
-    /// A probe of `bytes` (rounded down to whole chunks, at least one).
+    /// The bytes a probe asked for `bytes` reads: whole chunks, at least one.
+    pub fn bytes_for(bytes: usize) -> usize {
+        (bytes / std::mem::size_of::<f32>() / CHUNK).max(1) * CHUNK * std::mem::size_of::<f32>()
+    }
+
+    /// A probe of `bytes` ([`Self::bytes_for`]).
     pub fn new(bytes: usize) -> candle_core::Result<Self> {
-        let len = (bytes / std::mem::size_of::<f32>() / CHUNK).max(1) * CHUNK;
+        let len = Self::bytes_for(bytes) / std::mem::size_of::<f32>();
         let (mut buf, offset) = crate::memory::aligned_buffer::<f32>(len)?;
         // Written, not only allocated: an untouched page reads as the kernel's shared zero page,
         // from cache, and would flatter the rate.
