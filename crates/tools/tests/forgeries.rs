@@ -158,6 +158,8 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     // A KV pool's high-water mark, kept as blocks were taken: a whole number of blocks within the
     // pool and at least the largest request's, which is all the timeline fixes.
     ("runs[].peak_kv_bytes", &["step", "jump"], "pool"),
+    // A budget is taken in whole blocks: one that rounds down to the same blocks makes the same pool.
+    ("runs[].kv_budget", &["step"], "pool"),
     // What a workload's file held or its draw made: the audit has neither the file nor the
     // tokenizer (a built-in workload's prompts and record are checked; a file's lengths in
     // characters when every item was sent).
@@ -170,6 +172,9 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("workload.prompt_tokens_*", &[], "workload"),
     ("workload.prompt_chars_*", &[], "workload"),
     ("prompts.*", &["text"], "workload"),
+    // A drawn or a file's item carries its own cap, which the audit cannot redraw; it checks the
+    // answer within it.
+    ("requests[].max_tokens", &["step", "jump"], "workload"),
     // What the audit cannot recompute without the model's tokenizer or the peer's files, and the
     // benchmark's words for its comparisons.
     ("runs[].requests[].text", &[], "text"),
@@ -177,7 +182,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("llama_cpp.version", &[], "peer"),
     ("llama_cpp.gguf[].*", &[], "peer"),
     ("llama_cpp.settings.*", &[], "peer"),
-    ("agreement[].agree", &["step"], "peer"),
+    ("agreement[].agree", &["step", "jump"], "peer"),
     ("stream.layer_bytes", &[], "model"),
     ("stream.head_bytes", &[], "model"),
     ("stream.kv_bytes", &[], "model"),
