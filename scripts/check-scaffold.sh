@@ -7,7 +7,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "$root/manifests" "$root/schemas" "$tmp/"
+# Times preserved: a copy that looks newer would rebuild build scripts here, into the shared
+# target/, with this temporary path compiled into them (records' would then read no Cargo.lock).
+cp -rp "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "$root/manifests" "$root/schemas" "$tmp/"
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
 cd "$tmp"
 git init -q && git add -A && git -c user.name=check -c user.email=check@localhost commit -qm before
