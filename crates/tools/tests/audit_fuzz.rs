@@ -107,6 +107,29 @@ fn an_artifact_without_runs_is_wrong_and_named_not_a_panic() {
     }
 }
 
+/// The counts a timeline check adds up, each made the largest number a JSON integer holds: a step's
+/// tokens and position anywhere in a run (a later prefill chunk adds to what is cached), and a
+/// job's prompt and output lengths. The random mutations found this once; this names it.
+#[test]
+fn the_largest_counts_in_a_timeline_are_wrong_not_a_panic() {
+    for seed in seeds().iter().filter(|v| v.pointer("/runs/0/timeline/0").is_some()) {
+        let steps = seed.pointer("/runs/0/timeline").and_then(Value::as_array).map_or(0, Vec::len);
+        let jobs = seed.pointer("/jobs").and_then(Value::as_array).map_or(0, Vec::len);
+        let mut pointers: Vec<String> = (0..steps)
+            .flat_map(|i| ["tokens", "position"].map(|f| format!("/runs/0/timeline/{i}/{f}")))
+            .collect();
+        pointers.extend((0..jobs).flat_map(|j| ["prompt_tokens", "max_new_tokens"].map(|f| format!("/jobs/{j}/{f}"))));
+        assert!(!pointers.is_empty());
+        for pointer in pointers {
+            let mut v = seed.clone();
+            *v.pointer_mut(&pointer).unwrap() = json!(u64::MAX);
+            let r = audit_value(&v);
+            assert!(panicked(&r).is_none(), "{pointer}: {:?}", panicked(&r));
+            assert_eq!(r.verdict, audit::Verdict::Wrong, "{pointer} at u64::MAX passed the audit");
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 

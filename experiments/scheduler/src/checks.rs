@@ -166,9 +166,9 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
     for (i, run) in a.runs.iter().enumerate() {
         for (j, r) in run.requests.iter().enumerate() {
             let Some(job) = jobs.get(r.id.as_str()) else { continue };
-            let blocks = (job.prompt_tokens + r.output_ids.len().saturating_sub(1)).div_ceil(tile).max(1);
+            let blocks = job.prompt_tokens.saturating_add(r.output_ids.len().saturating_sub(1)).div_ceil(tile).max(1);
             let each = *per_block.get_or_insert(r.kv_cache_bytes / blocks);
-            if r.kv_cache_bytes != each * blocks || each == 0 {
+            if each.checked_mul(blocks) != Some(r.kv_cache_bytes) || each == 0 {
                 return f.wrong(
                     "invariants",
                     format!("runs[{i}].requests[{j}].kv_cache_bytes"),
@@ -188,10 +188,14 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
         let Some(each) = per_block else { continue };
         let pool_blocks = match run.kv_budget {
             Some(budget) => budget / tile,
-            None => a.jobs.iter().map(|j| (j.prompt_tokens + j.max_new_tokens).div_ceil(tile)).sum(),
+            None => a
+                .jobs
+                .iter()
+                .map(|j| j.prompt_tokens.saturating_add(j.max_new_tokens).div_ceil(tile))
+                .fold(0, usize::saturating_add),
         };
         let largest = run.requests.iter().map(|r| r.kv_cache_bytes).max().unwrap_or(0);
-        if run.kv_pool_bytes != pool_blocks * each
+        if pool_blocks.checked_mul(each) != Some(run.kv_pool_bytes)
             || !run.peak_kv_bytes.is_multiple_of(each)
             || run.peak_kv_bytes > run.kv_pool_bytes
             || run.peak_kv_bytes < largest

@@ -614,11 +614,12 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
         p.last_end = step.end_ms;
         // Before it decodes, its cache must hold its prompt, and after a preemption the tokens
         // it had generated but the last; the prefill that ends its prompt makes its first token.
-        let target = job.prompt_tokens + p.generated.saturating_sub(1);
+        // Saturating and checked: the counts are the artifact's, whatever a forger wrote.
+        let target = job.prompt_tokens.saturating_add(p.generated.saturating_sub(1));
         let (in_order, produces) = match step.kind {
             StepKind::Prefill => (
                 p.computed < target && step.tokens >= 1 && step.tokens <= target - p.computed,
-                p.computed + step.tokens == target && p.generated == 0,
+                p.computed.checked_add(step.tokens) == Some(target) && p.generated == 0,
             ),
             _ => (p.computed == target && p.generated >= 1 && step.tokens == 1, true),
         };
