@@ -6,7 +6,8 @@
 //! its schedules) and through what the audit does with a manifest (its parameters and claims
 //! checked). A refusal is fine; a panic is the failure.
 //!
-//! `just fuzz` runs each property 100,000 times (`PROPTEST_CASES`); `just test` a few hundred.
+//! `just fuzz` runs each property 100,000 times (`PROPTEST_CASES`, which an explicit count in the
+//! config would override); `just test` proptest's default 256.
 
 use common::experiment::AnyManifest;
 use proptest::prelude::*;
@@ -191,8 +192,6 @@ const REPLACEMENTS: &[fn() -> Value] = &[
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
     #[test]
     fn no_command_line_makes_an_experiment_panic_before_it_runs(
         which in any::<usize>(),
