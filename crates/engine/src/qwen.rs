@@ -465,10 +465,14 @@ impl Qwen2 {
 
     /// Bytes of the weight matrices as held in memory (the embedding counted once when tied).
     pub fn weight_bytes(&self) -> usize {
-        let layers: usize =
-            self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        let layers = self.layer_bytes();
         let embed = if self.tied { 0 } else { self.embed.elem_count() * self.embed.dtype().size_in_bytes() };
         layers + self.lm_head.bytes() + embed
+    }
+
+    /// Bytes of every layer's matrices, as stored (norms and biases left out).
+    fn layer_bytes(&self) -> usize {
+        self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum()
     }
 
     /// What one session's greedy decode step streams from memory at `context` cached positions:
@@ -476,7 +480,7 @@ impl Qwen2 {
     /// the few candidate rows it then computes are left out), and the cached keys and values.
     /// Norms, biases and activations are kilobytes and left out.
     pub fn decode_step_bytes(&self, context: usize) -> StepBytes {
-        let layers = self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        let layers = self.layer_bytes();
         let head = self.lm_head.screen.as_ref().map_or_else(|| self.lm_head.bytes(), Screen::bytes);
         let kv = context.saturating_mul(self.block_bytes() / kernel::TILE);
         StepBytes { layers, head, kv }

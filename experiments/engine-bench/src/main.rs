@@ -110,26 +110,26 @@ fn run(args: Args) -> Result<()> {
                     t.push(worker.round(tokens, p.decode_tokens).context("a llama.cpp round failed")?);
                 }
                 let of = |rounds: &[Round], f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
-                comparisons.push(Comparison::new(
-                    &engine_bench::prefill_name(&pair, tokens),
-                    "llama.cpp / ours prefill time (how many times faster ours prefills)",
-                    "s",
-                    "ours",
-                    of(&o, |r| r.prefill_s),
-                    "llama.cpp",
-                    of(&t, |r| r.prefill_s),
-                    Rule::BOverA,
-                ));
-                comparisons.push(Comparison::new(
-                    &engine_bench::decode_name(&pair, tokens),
-                    "ours / llama.cpp decode tokens/s",
-                    "tokens/s",
-                    "ours",
-                    of(&o, |r| r.decode_tps),
-                    "llama.cpp",
-                    of(&t, |r| r.decode_tps),
-                    Rule::AOverB,
-                ));
+                // Prefill time (lower is better) and decode tokens/s (higher is better).
+                let measures: [(String, &str, &str, fn(&Round) -> f64, Rule); 2] = [
+                    (
+                        engine_bench::prefill_name(&pair, tokens),
+                        "llama.cpp / ours prefill time (how many times faster ours prefills)",
+                        "s",
+                        |r| r.prefill_s,
+                        Rule::BOverA,
+                    ),
+                    (
+                        engine_bench::decode_name(&pair, tokens),
+                        "ours / llama.cpp decode tokens/s",
+                        "tokens/s",
+                        |r| r.decode_tps,
+                        Rule::AOverB,
+                    ),
+                ];
+                for (name, meaning, unit, field, rule) in measures {
+                    comparisons.push(Comparison::new(&name, meaning, unit, "ours", of(&o, field), "llama.cpp", of(&t, field), rule));
+                }
                 let agree = o[0].ids.iter().zip(&t[0].ids).take_while(|(a, b)| a == b).count();
                 agreement.push(Agreement {
                     what: engine_bench::agreement_name(&pair, tokens),

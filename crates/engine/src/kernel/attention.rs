@@ -30,10 +30,11 @@ const BLOCK_ROWS: usize = 16;
 /// another. One parallel region for all: a task is one item's KV head for a block of its rows.
 ///
 /// Every output row is computed the same way wherever it is: its key tiles in position order,
-/// each tile's scores (fused multiply-adds in dimension order, then scaled), the running maximum
-/// and sum of the online softmax updated with the tile's exponentials (sixteen lanes, then one
-/// fixed sum), the row's running output rescaled and added the tile's values weighted by them
-/// (fused multiply-adds in position order), and at the end divided by the sum. So a row's bits
+/// each tile's scores (fused multiply-adds in dimension order, then scaled; positions past the
+/// row's own masked), the running maximum and sum of the online softmax updated with the tile's
+/// exponentials (the sum in sixteen lanes kept across tiles), the row's running output rescaled
+/// and added the tile's values weighted by them (fused multiply-adds in position order), and at
+/// the end divided by the sum (its lanes added in one fixed order). So a row's bits
 /// depend only on its query, its position and the cache, never on the other rows of its chunk,
 /// the chunk's size, the other sessions or the vector width: a session prefilled whole, in
 /// chunks or token by token, alone or batched, computes the same attention.
@@ -144,8 +145,7 @@ pub(super) fn attend_block_with(
     // it registers, and it spilled).
     let qs: Vec<f32> = (0..rows).flat_map(|r| &q[r * q_stride..][..groups * d]).copied().collect();
     // Each query vector's running maximum and sum.
-    let mut maxes = vec![f32::NEG_INFINITY; rows * groups];
-    let mut sums = vec![0f32; rows * groups];
+    let mut running = vec![Running::START; rows * groups];
     let end = first_position + rows;
     for (t, start) in (0..end).step_by(TILE).enumerate() {
         let tile = Tile { keys: keys[t], values: &values[t][..((start + TILE).min(end) - start) * d], d, scale };
@@ -155,17 +155,47 @@ pub(super) fn attend_block_with(
         }
         if start + TILE <= first_position + 1 {
             // Every row of the block sees the whole tile: all its vectors in one sweep.
-            tile.sweep(&qs, 0..rows * groups, TILE, &mut maxes, &mut sums, out);
+            tile.sweep(&qs, 0..rows * groups, TILE, &mut running, out);
         } else {
             // The causal edge: each row sees the tile up to its own position.
             for r in start.saturating_sub(first_position)..rows {
                 let seen = TILE.min(first_position + r + 1 - start);
-                tile.sweep(&qs, r * groups..(r + 1) * groups, seen, &mut maxes, &mut sums, out);
+                tile.sweep(&qs, r * groups..(r + 1) * groups, seen, &mut running, out);
             }
         }
     }
-    for (o, sum) in out.chunks_exact_mut(d).zip(&sums) {
+    for (o, running) in out.chunks_exact_mut(d).zip(&running) {
+        let sum = running.sum();
         o.iter_mut().for_each(|x| *x /= sum);
+    }
+}
+
+/// Lanes of a running sum: the sum of a query vector's exponentials is kept in this many
+/// separate sums, tile after tile, and added up once at its end. Why: one total per tile was a
+/// chain of dependent scalar adds for every vector and tile.
+const LANES: usize = 16;
+const _: () = assert!(TILE.is_multiple_of(LANES), "a tile is whole lanes");
+
+/// One query vector's online softmax so far: the largest score seen and the sum of every
+/// exponential relative to it, in [`LANES`] lanes (lane `l` holds the positions `l` modulo
+/// sixteen of every tile).
+#[derive(Clone, Copy)]
+pub(super) struct Running {
+    max: f32,
+    lanes: [f32; LANES],
+}
+
+impl Running {
+    pub(super) const START: Running = Running { max: f32::NEG_INFINITY, lanes: [0.0; LANES] };
+
+    /// The sum of the exponentials: its lanes in a fixed order.
+    pub(super) fn sum(&self) -> f32 {
+        self.lanes.iter().sum()
+    }
+
+    #[cfg(test)]
+    pub(super) fn max(&self) -> f32 {
+        self.max
     }
 }
 
@@ -189,89 +219,104 @@ impl Tile<'_> {
         q: &[f32],
         vectors: std::ops::Range<usize>,
         seen: usize,
-        maxes: &mut [f32],
-        sums: &mut [f32],
+        running: &mut [Running],
         out: &mut [f32],
     ) {
         let mut v = vectors.start;
         while v + 4 <= vectors.end {
-            self.step::<4>(q, v, seen, maxes, sums, out);
+            self.step::<4>(q, v, seen, running, out);
             v += 4;
         }
         if v + 2 <= vectors.end {
-            self.step::<2>(q, v, seen, maxes, sums, out);
+            self.step::<2>(q, v, seen, running, out);
             v += 2;
         }
         if v < vectors.end {
-            self.step::<1>(q, v, seen, maxes, sums, out);
+            self.step::<1>(q, v, seen, running, out);
         }
     }
 
-    /// Vectors `v..v + H`: their scores over the `seen` positions, the online softmax, the
-    /// running outputs rescaled and added the weighted values.
+    /// Vectors `v..v + H`: their scores over the tile (those past `seen` masked out), the online
+    /// softmax, the running outputs rescaled and added the weighted values of the `seen`
+    /// positions.
     #[inline(always)]
-    fn step<const H: usize>(
-        &self,
-        q: &[f32],
-        v: usize,
-        seen: usize,
-        maxes: &mut [f32],
-        sums: &mut [f32],
-        out: &mut [f32],
-    ) {
+    fn step<const H: usize>(&self, q: &[f32], v: usize, seen: usize, running: &mut [Running], out: &mut [f32]) {
         let d = self.d;
         let mut scores = [[0f32; TILE]; H];
         let coefs: [&[f32]; H] = std::array::from_fn(|h| &q[(v + h) * d..][..d]);
-        let mut probs: [&mut [f32]; H] = scores.each_mut().map(|s| &mut s[..seen]);
-        in_slices(coefs, self.keys, TILE, &mut probs);
-        let mut corrections = [0f32; H];
-        for h in 0..H {
-            probs[h].iter_mut().for_each(|x| *x *= self.scale);
-            corrections[h] = online(probs[h], &mut maxes[v + h], &mut sums[v + h]);
+        // Scores for the whole tile even at the causal edge: sixty-four outputs are whole vectors,
+        // where `seen` of them took a scalar tail. The positions past `seen` become -inf, whose
+        // exponential is exactly 0, so they add nothing to the sum and are left out of the
+        // weighted values: a row's bits do not depend on what the tile holds past its position.
+        in_slices(coefs, self.keys, TILE, &mut scores.each_mut().map(|s| &mut s[..]));
+        for s in &mut scores {
+            s.iter_mut().for_each(|x| *x *= self.scale);
+            s[seen..].fill(f32::NEG_INFINITY);
         }
+        let running: &mut [Running; H] = (&mut running[v..v + H]).try_into().expect("H running sums");
+        let corrections = online(&mut scores, running);
         let mut rows = out[v * d..(v + H) * d].chunks_exact_mut(d);
         let mut outs: [&mut [f32]; H] = std::array::from_fn(|_| rows.next().expect("H rows of d"));
         for h in 0..H {
             rescale(outs[h], corrections[h]);
         }
-        let weights: [&[f32]; H] = probs.each_ref().map(|p| &**p);
+        let weights: [&[f32]; H] = scores.each_ref().map(|p| &p[..seen]);
         in_slices(weights, self.values, d, &mut outs);
     }
 }
 
-/// The online softmax's step for one query vector and one tile: `s` (the tile's scores) becomes
-/// their exponentials relative to the new running maximum, the running `sum` is rescaled and added
-/// them (sixteen lanes, then one fixed sum); returns the factor the running output is rescaled by
-/// (0 on the first tile, whose running maximum is -inf).
+/// The online softmax's step for `H` query vectors and one tile: each vector's scores become
+/// their exponentials relative to its new running maximum, and its running sum's lanes are
+/// rescaled and added them; returns the factors the running outputs are rescaled by (0 on the
+/// first tile, whose running maximum is -inf). The tile's maximum is taken lane by lane, then
+/// halving (a maximum is exact in any order); the sums stay in their lanes.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // the lanes, as in the prose
-pub(super) fn online(s: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
-    const L: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; L];
-    for c in s.chunks_exact(L) {
-        for l in 0..L {
-            lanes[l] = lanes[l].max(c[l]);
+#[allow(clippy::needless_range_loop)] // the vectors and lanes, as in the prose
+pub(super) fn online<const H: usize>(scores: &mut [[f32; TILE]; H], running: &mut [Running; H]) -> [f32; H] {
+    let mut maxes = [0f32; H];
+    for h in 0..H {
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        for c in scores[h].chunks_exact(LANES) {
+            for l in 0..LANES {
+                lanes[l] = larger(lanes[l], c[l]);
+            }
         }
-    }
-    let tail = s.len() / L * L;
-    let tile_max = lanes.iter().chain(&s[tail..]).fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let new_max = max.max(tile_max);
-    let correction = exp(*max - new_max);
-    let mut sums = [0f32; L];
-    for c in s.chunks_exact_mut(L) {
-        for l in 0..L {
-            c[l] = exp(c[l] - new_max);
-            sums[l] += c[l];
+        let mut width = LANES / 2;
+        while width > 0 {
+            for l in 0..width {
+                lanes[l] = larger(lanes[l], lanes[l + width]);
+            }
+            width /= 2;
         }
+        maxes[h] = larger(running[h].max, lanes[0]);
     }
-    let mut tile_sum = sums.iter().sum::<f32>();
-    for v in &mut s[tail..] {
-        *v = exp(*v - new_max);
-        tile_sum += *v;
+    let corrections: [f32; H] = std::array::from_fn(|h| exp(running[h].max - maxes[h]));
+    for h in 0..H {
+        let mut tile = [0f32; LANES];
+        for c in scores[h].chunks_exact_mut(LANES) {
+            for l in 0..LANES {
+                c[l] = exp(c[l] - maxes[h]);
+                tile[l] += c[l];
+            }
+        }
+        for l in 0..LANES {
+            running[h].lanes[l] = running[h].lanes[l] * corrections[h] + tile[l];
+        }
+        running[h].max = maxes[h];
     }
-    *sum = *sum * correction + tile_sum;
-    *max = new_max;
-    correction
+    corrections
+}
+
+/// The larger of two scores, as one vector instruction: `f32::max`'s care for a NaN (returning
+/// the other operand) costs a compare and a blend per use. A NaN score is not hidden by this: its
+/// exponential is NaN, and so is the row's output.
+#[inline(always)]
+fn larger(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
 }
 
 /// Multiplies a running output by the online softmax's correction.
@@ -349,9 +394,8 @@ pub(super) fn exp(x: f32) -> f32 {
     // lane by lane, which took most of the softmax's time.
     let biased = (n + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000 - 127);
     let two_n = f32::from_bits(biased << 23);
-    if x.is_nan() {
-        x
-    } else if x < -87.6 {
+    // A NaN passes the clamp and makes `e` NaN, so the product is NaN without a test of its own.
+    if x < -87.6 {
         0.0
     } else {
         e * two_n
