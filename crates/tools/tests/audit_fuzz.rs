@@ -115,9 +115,8 @@ fn the_largest_counts_in_a_timeline_are_wrong_not_a_panic() {
     for seed in seeds().iter().filter(|v| v.pointer("/runs/0/timeline/0").is_some()) {
         let steps = seed.pointer("/runs/0/timeline").and_then(Value::as_array).map_or(0, Vec::len);
         let jobs = seed.pointer("/jobs").and_then(Value::as_array).map_or(0, Vec::len);
-        let mut pointers: Vec<String> = (0..steps)
-            .flat_map(|i| ["tokens", "position"].map(|f| format!("/runs/0/timeline/{i}/{f}")))
-            .collect();
+        let mut pointers: Vec<String> =
+            (0..steps).flat_map(|i| ["tokens", "position"].map(|f| format!("/runs/0/timeline/{i}/{f}"))).collect();
         pointers.extend((0..jobs).flat_map(|j| ["prompt_tokens", "max_new_tokens"].map(|f| format!("/jobs/{j}/{f}"))));
         assert!(!pointers.is_empty());
         for pointer in pointers {
