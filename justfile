@@ -60,10 +60,10 @@ bench:
 bench-serving:
     scripts/bench-serving.sh
 
-# Property tests, 100,000 cases each: the server's request validation, the client's stream
+# Property tests, 100,000 cases each: the server's request validation (crate serve), the client's stream
 # parsers, every experiment's command lines and manifests; then every kind of sealed forgery of
 # every field of every committed artifact (the README lists the ones that pass).
 fuzz:
-    PROPTEST_CASES=100000 cargo test --release -p serving-bench --test fuzz
+    PROPTEST_CASES=100000 cargo test --release -p serve --test fuzz -p serving-bench --test fuzz
     PROPTEST_CASES=100000 cargo test --release -p tools --test inputs_fuzz
     FORGERY_KINDS=all cargo test --release -p tools --test forgeries -- --nocapture

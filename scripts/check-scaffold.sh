@@ -9,7 +9,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Times preserved: a copy that looks newer would rebuild build scripts here, into the shared
 # target/, with this temporary path compiled into them (records' would then read no Cargo.lock).
-cp -rp "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "$root/manifests" "$root/schemas" "$tmp/"
+cp -rp "$root/Cargo.toml" "$root/Cargo.lock" "$root/crates" "$root/experiments" "$root/tools" "$root/manifests" "$root/schemas" "$tmp/"
 export CARGO_TARGET_DIR="$root/target" LAB_MODELS_DIR="$tmp/.models"
 cd "$tmp"
 git init -q && git add -A && git -c user.name=check -c user.email=check@localhost commit -qm before
@@ -25,10 +25,10 @@ if "$root/target/debug/new-experiment" demo 2>/dev/null; then
   echo "check-scaffold: scaffolding an existing name should fail" >&2; exit 1
 fi
 changed=$(git status --porcelain | awk '{print $2}' | sort | tr '\n' ' ')
-expected="crates/tools/Cargo.toml crates/tools/src/registry.rs experiments/demo/ manifests/demo/ "
+expected="experiments/demo/ manifests/demo/ tools/Cargo.toml tools/src/registry.rs "
 [ "$changed" = "$expected" ] || { echo "check-scaffold: new-experiment changed [$changed], expected [$expected]" >&2; exit 1; }
 # One line in each registration, nothing else.
-[ "$(git diff --numstat crates/tools | awk '{a+=$1; d+=$2} END {print a, d}')" = "2 0" ] || { git diff crates/tools >&2; echo "check-scaffold: the registration is not one added line per file" >&2; exit 1; }
+[ "$(git diff --numstat tools | awk '{a+=$1; d+=$2} END {print a, d}')" = "2 0" ] || { git diff tools >&2; echo "check-scaffold: the registration is not one added line per file" >&2; exit 1; }
 out=$(cargo run -q -p demo -- --offline)
 echo "$out"
 artifact=$(sed -n 's/^artifact: //p' <<<"$out")

@@ -9,13 +9,13 @@
 //! predecessor's seeds) get the checks their fields allow, and a list of what they lack.
 //!
 //! The audit knows no experiment: it is given the registry's list and dispatches through the
-//! [`Experiment`] trait. No input makes it panic: an experiment's check that panics is caught and
+//! [`AnyExperiment`] trait. No input makes it panic: an experiment's check that panics is caught and
 //! becomes a finding.
 
 use common::artifact::{check_seal, SEAL_KEY};
 use common::claim::Claim;
 use common::evidence::ClaimResult;
-use common::experiment::{AnyManifest, Experiment};
+use common::experiment::{AnyExperiment, AnyManifest};
 use common::finding::{diff_values, Findings, Report, Severity};
 use common::manifest::{manifest_sha256, read_experiment_manifest};
 use common::workspace::Workspace;
@@ -30,7 +30,7 @@ pub use common::finding::{Finding, Verdict};
 /// The audit of one workspace, with the experiments it knows (the registry's).
 pub struct Audit<'a> {
     ws: &'a Workspace,
-    experiments: &'a [&'a dyn Experiment],
+    experiments: &'a [&'a dyn AnyExperiment],
     /// Source hashes by crate folder: an experiment's linked sources are read once per audit,
     /// not once per artifact.
     hashes: Mutex<BTreeMap<String, Result<(String, usize), Arc<std::io::Error>>>>,
@@ -38,7 +38,7 @@ pub struct Audit<'a> {
 
 impl<'a> Audit<'a> {
     /// An audit of `ws`'s artifacts by the `experiments` registered.
-    pub fn new(ws: &'a Workspace, experiments: &'a [&'a dyn Experiment]) -> Self {
+    pub fn new(ws: &'a Workspace, experiments: &'a [&'a dyn AnyExperiment]) -> Self {
         Audit { ws, experiments, hashes: Mutex::default() }
     }
 }
@@ -76,7 +76,7 @@ fn read_json(path: &Path, shown: &str) -> Result<Value, Report> {
 }
 
 impl Audit<'_> {
-    fn experiment(&self, name: &str) -> Option<&dyn Experiment> {
+    fn experiment(&self, name: &str) -> Option<&dyn AnyExperiment> {
         self.experiments.iter().copied().find(|e| e.name() == name)
     }
 
@@ -150,20 +150,27 @@ impl Audit<'_> {
             let differences = diff_values(&recorded, &m.parameters, "parameters");
             let own_folder = manifest_path.as_deref().map(|rel| own_folder(ws, &experiment, rel));
             match differences.first() {
-            None => {
-                expectations = m.expectations.clone();
+                None => {
+                    expectations = m.expectations.clone();
+                }
+                Some((field, msg)) if own_folder.as_deref().is_some_and(|dir| path.parent() == Some(dir)) => f.wrong(
+                    "parameters",
+                    field.clone(),
+                    format!(
+                        "{msg}: a run with other parameters than its manifest's belongs in <manifest>+custom/, \
+                         not among the manifest's own"
+                    ),
+                ),
+                Some((field, _)) => f.note(
+                    "parameters",
+                    field.clone(),
+                    format!(
+                        "custom run ({} parameters differ from the manifest's): held to its invariants, \
+                         not to the manifest's expectations",
+                        differences.len()
+                    ),
+                ),
             }
-            Some((field, msg)) if own_folder.as_deref().is_some_and(|dir| path.parent() == Some(dir)) => f.wrong(
-                "parameters",
-                field.clone(),
-                format!("{msg}: a run with other parameters than its manifest's belongs in <manifest>+custom/, not among the manifest's own"),
-            ),
-            Some((field, _)) => f.note(
-                "parameters",
-                field.clone(),
-                format!("custom run ({} parameters differ from the manifest's): held to its invariants, not to the manifest's expectations", differences.len()),
-            ),
-        }
         }
         let checked = guarded(|| {
             let mut own = Findings::default();
@@ -342,7 +349,10 @@ impl Audit<'_> {
 /// Why `just pin` refused.
 #[derive(Debug, thiserror::Error)]
 pub enum PinError {
-    #[error("{artifact}: cannot pin from it: {field}: {message} (re-run the experiment on its manifest, then pin from the new artifact)")]
+    #[error(
+        "{artifact}: cannot pin from it: {field}: {message} (re-run the experiment on its manifest, \
+         then pin from the new artifact)"
+    )]
     Refused { artifact: String, field: String, message: String },
     #[error("{0}: unpinned run: there is no manifest to update")]
     Unpinned(String),
@@ -389,7 +399,7 @@ fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, Panicked> {
 /// `provenance.argv` must be the command line the recorded settings came from, and with the
 /// manifest's parameters it must give the recorded effective ones: an edited argv, or parameters
 /// edited to look like the manifest's own (with the seal recomputed), would otherwise pass.
-fn check_argv(kind: &dyn Experiment, manifest: Option<&AnyManifest>, body: &Value, f: &mut Findings) {
+fn check_argv(kind: &dyn AnyExperiment, manifest: Option<&AnyManifest>, body: &Value, f: &mut Findings) {
     let argv: Option<Vec<String>> =
         body.pointer("/provenance/argv").and_then(|v| serde_json::from_value(v.clone()).ok());
     let Some(argv) = argv.filter(|a| !a.is_empty()) else {
@@ -554,7 +564,7 @@ fn check_manifest(ws: &Workspace, rel: &str, body: &Value, f: &mut Findings) -> 
 
 /// The stored verdicts against the ones the recorded rounds give, and (for a run with its
 /// manifest's parameters) the claims judged against the ones the manifest states.
-fn check_claims(kind: &dyn Experiment, stated: Option<&[Claim]>, body: &Value, f: &mut Findings) {
+fn check_claims(kind: &dyn AnyExperiment, stated: Option<&[Claim]>, body: &Value, f: &mut Findings) {
     let stored: Vec<ClaimResult> = match body.get("claims") {
         None => Vec::new(),
         Some(v) => match serde_json::from_value(v.clone()) {

@@ -18,6 +18,7 @@ pub mod qwen;
 pub mod schedule;
 pub mod session;
 pub mod stepper;
+pub mod stock;
 pub mod template;
 
 /// The worker threads a forward runs on (recorded in every artifact's provenance).

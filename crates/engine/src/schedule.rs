@@ -8,7 +8,7 @@
 
 use crate::load::LoadedModel;
 use crate::policy::Policy;
-use crate::session::{EngineError, FinishReason, Session, StepKind};
+use crate::session::{BudgetError, EngineError, FinishReason, Session, StepKind};
 use crate::stepper::Stepper;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -199,17 +199,6 @@ pub struct RunOutcome {
     /// The most bytes the jobs' KV caches held at once, and the pool's size (its budget).
     pub peak_kv_bytes: usize,
     pub kv_pool_bytes: usize,
-}
-
-/// Why a run cannot keep its KV budget.
-#[derive(Debug, thiserror::Error)]
-#[error("kv_budget {budget} positions holds {blocks} blocks of {tile}; job `{job}` needs {needs} for its prompt and cap: raise the budget to at least {} positions", needs * tile)]
-pub struct BudgetError {
-    pub budget: usize,
-    pub blocks: usize,
-    pub tile: usize,
-    pub job: String,
-    pub needs: usize,
 }
 
 /// Resets the kernel's resident-memory high-water mark, so the next reading covers what follows

@@ -32,7 +32,18 @@ pub enum EngineError {
     Wait(#[from] supply::manifest::Invalid),
     /// A KV budget too small for a job.
     #[error(transparent)]
-    Budget(#[from] crate::schedule::BudgetError),
+    Budget(#[from] BudgetError),
+}
+
+/// Why a run cannot keep its KV budget.
+#[derive(Debug, thiserror::Error)]
+#[error("kv_budget {budget} positions holds {blocks} blocks of {tile}; job `{job}` needs {needs} for its prompt and cap: raise the budget to at least {} positions", needs * tile)]
+pub struct BudgetError {
+    pub budget: usize,
+    pub blocks: usize,
+    pub tile: usize,
+    pub job: String,
+    pub needs: usize,
 }
 
 /// Why a session ended.

@@ -4,7 +4,7 @@
 
 use crate::ReportError;
 use common::evidence::ClaimResult;
-use common::experiment::Experiment;
+use common::experiment::AnyExperiment;
 use common::workspace::Workspace;
 use serde_json::Value;
 use std::path::Path;
@@ -13,7 +13,7 @@ use std::path::Path;
 pub struct Artifact<'a> {
     /// File stem, used to name the rendered files.
     pub name: String,
-    pub kind: &'a dyn Experiment,
+    pub kind: &'a dyn AnyExperiment,
     pub value: Value,
     /// Its claims as judged: stored in ours, judged on the manifests' claims for a foreign one.
     pub claims: Vec<ClaimResult>,
@@ -24,7 +24,11 @@ pub struct Artifact<'a> {
 
 /// Reads the artifact at `path` (ours or foreign) and finds its experiment among `experiments`;
 /// `ws`'s manifests give a foreign one its claims.
-pub fn load<'a>(ws: &Workspace, path: &Path, experiments: &[&'a dyn Experiment]) -> Result<Artifact<'a>, ReportError> {
+pub fn load<'a>(
+    ws: &Workspace,
+    path: &Path,
+    experiments: &[&'a dyn AnyExperiment],
+) -> Result<Artifact<'a>, ReportError> {
     let shown = || path.display().to_string();
     let bytes = std::fs::read(path).map_err(|cause| ReportError::Io { path: shown(), cause })?;
     let mut value: Value =

@@ -3,7 +3,8 @@
 //! the engine, the experiment itself or the lock entry of a package it links makes it stale.
 
 use source_hash::{find_workspace, hash_crate, linked_crates, linked_lock};
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn real() -> std::path::PathBuf {
@@ -33,7 +34,7 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     std::fs::create_dir_all(root.join("experiments")).unwrap();
-    for item in ["Cargo.toml", "Cargo.lock", "crates", "experiments/scheduler", "experiments/serving-bench"] {
+    for item in ["Cargo.toml", "Cargo.lock", "crates", "tools", "experiments/scheduler", "experiments/serving-bench"] {
         let status = Command::new("cp").arg("-r").arg(real().join(item)).arg(root.join(item)).status().unwrap();
         assert!(status.success(), "copying {item}");
     }
@@ -49,7 +50,7 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
     for unlinked in [
         "crates/audit/src/lib.rs",
         "crates/report/src/lib.rs",
-        "crates/tools/src/registry.rs",
+        "tools/src/registry.rs",
         "experiments/serving-bench/src/lib.rs",
         "crates/engine/tests/new_test.rs",
         "crates/common/benches/verify.rs",
@@ -93,7 +94,7 @@ fn editing_what_it_does_not_link_leaves_the_hash_and_editing_what_it_links_chang
 #[test]
 fn every_crate_links_only_the_layers_below_it() {
     let root = real();
-    let below: [(&str, &[&str]); 7] = [
+    let below: [(&str, &[&str]); 8] = [
         ("crates/source-hash", &[]),
         ("crates/supply", &["crates/source-hash"]),
         ("crates/engine", &["crates/supply", "crates/source-hash"]),
@@ -101,6 +102,7 @@ fn every_crate_links_only_the_layers_below_it() {
         ("crates/common", &["crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
         ("crates/audit", &["crates/common", "crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
         ("crates/report", &["crates/common", "crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
+        ("crates/serve", &["crates/common", "crates/engine", "crates/records", "crates/supply", "crates/source-hash"]),
     ];
     for (krate, allowed) in below {
         let linked = linked_crates(&root, krate).unwrap();
@@ -112,13 +114,207 @@ fn every_crate_links_only_the_layers_below_it() {
         .map(|e| format!("experiments/{}", e.unwrap().file_name().to_string_lossy()))
         .collect();
     assert!(experiments.len() >= 3);
-    let common = linked_crates(&root, "crates/common").unwrap();
+    let mut allowed = linked_crates(&root, "crates/common").unwrap();
+    allowed.push("crates/serve".into());
     for experiment in &experiments {
         let linked = linked_crates(&root, experiment).unwrap();
-        let extra: Vec<&String> = linked[1..].iter().filter(|c| !common.contains(c)).collect();
+        let extra: Vec<&String> = linked[1..].iter().filter(|c| !allowed.contains(c)).collect();
         assert!(
             extra.is_empty(),
-            "{experiment} links {extra:?}: an experiment links `common` and the layers under it only"
+            "{experiment} links {extra:?}: an experiment links `common`, the layers under it and `serve` only"
         );
     }
+}
+
+/// The layering within crates: no module names a sibling that names it back, directly or around
+/// a loop (`supply::claim` and `supply::manifest` once did), so that every crate's modules also
+/// read bottom up. Edges are read off the source as `crate::` and `super::` paths (a module's
+/// own children and ancestors do not count: a parent declares its children).
+#[test]
+fn no_module_reaches_itself_through_its_siblings() {
+    let root = real();
+    let mut crates: Vec<PathBuf> = Vec::new();
+    for group in ["crates", "experiments"] {
+        for entry in std::fs::read_dir(root.join(group)).unwrap() {
+            crates.push(entry.unwrap().path());
+        }
+    }
+    crates.push(root.join("tools"));
+    let mut loops = Vec::new();
+    for krate in crates {
+        let modules = modules(&krate.join("src"));
+        let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+        for (module, file) in &modules {
+            let text = std::fs::read_to_string(file).unwrap();
+            for path in references(&code_of(&text), module) {
+                let Some(target) = (0..=path.len()).rev().map(|k| path[..k].to_vec()).find(|p| modules.contains_key(p))
+                else {
+                    continue;
+                };
+                if module.starts_with(&target) || target.starts_with(module) {
+                    continue;
+                }
+                let common = module.iter().zip(&target).take_while(|(a, b)| a == b).count();
+                edges.entry(module[..=common].to_vec()).or_default().insert(target[..=common].to_vec());
+            }
+        }
+        if let Some(cycle) = find_cycle(&edges) {
+            let names: Vec<String> = cycle.iter().map(|m| m.join("::")).collect();
+            loops.push(format!("{}: {}", krate.display(), names.join(" -> ")));
+        }
+    }
+    assert!(loops.is_empty(), "modules that reach themselves through their siblings: {loops:#?}");
+}
+
+/// A crate's library modules by path (`["serving", "record"]`) and the file each is in; binaries
+/// (`main.rs`, `src/bin/`) are crates of their own and left out.
+fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path != src.join("bin") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path == src.join("main.rs") {
+                continue;
+            }
+            let mut module: Vec<String> = path
+                .strip_prefix(src)
+                .unwrap()
+                .with_extension("")
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            out.insert(module, path);
+        }
+    }
+    out
+}
+
+/// A file's code: line comments removed, and its unit tests (a trailing `#[cfg(test)] mod tests`),
+/// which may reach anywhere in their crate.
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+    text.lines().map(|line| line.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// The module paths `code` in `module` names through `crate::` and `super::`, resolved from the
+/// crate's root (`use crate::{a::b, c}` gives `a::b` and `c`).
+fn references(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let bytes: Vec<char> = code.chars().collect();
+    let at = |i: usize, word: &str| bytes[i.min(bytes.len())..].iter().take(word.len()).copied().eq(word.chars());
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = i == 0 || !ident(bytes[i - 1]);
+        let mut base = match starts_word {
+            true if at(i, "crate::") => Vec::new(),
+            true if at(i, "super::") => module[..module.len().saturating_sub(1)].to_vec(),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        i += 7;
+        // Further `super::`s, then the path.
+        while at(i, "super::") {
+            base.pop();
+            i += 7;
+        }
+        if bytes.get(i) == Some(&'{') {
+            let mut depth = 0;
+            let mut part = String::new();
+            let mut parts = Vec::new();
+            for &c in &bytes[i..] {
+                i += 1;
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 1 => parts.push(std::mem::take(&mut part)),
+                    _ if depth == 1 => part.push(c),
+                    _ => {}
+                }
+                if depth == 0 {
+                    break;
+                }
+            }
+            parts.push(part);
+            for p in parts {
+                let segments: Vec<String> = p
+                    .split("::")
+                    .map(str::trim)
+                    .take_while(|s| !s.is_empty() && s.chars().all(ident))
+                    .map(String::from)
+                    .collect();
+                out.push([base.clone(), segments].concat());
+            }
+        } else {
+            let mut path = base;
+            loop {
+                let word: String = bytes[i..].iter().take_while(|&&c| ident(c)).collect();
+                if word.is_empty() {
+                    break;
+                }
+                i += word.len();
+                path.push(word);
+                if at(i, "::") {
+                    i += 2;
+                } else {
+                    break;
+                }
+            }
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A loop in `edges`, as the modules around it (the first repeated at the end), if there is one.
+fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<Vec<String>>> {
+    fn visit(
+        node: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        path: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.clone());
+            return Some(cycle);
+        }
+        if !done.insert(node.clone()) {
+            return None;
+        }
+        path.push(node.clone());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|start| visit(start, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn a_loop_between_sibling_modules_is_found_and_a_parent_child_pair_is_not_one() {
+    let module = |p: &str| p.split("::").map(String::from).collect::<Vec<_>>();
+    let code = code_of("use crate::{manifest::Invalid, pin};\n// crate::digest\nuse super::super::x::Y;\n");
+    assert_eq!(references(&code, &module("a::b")), [module("manifest::Invalid"), module("pin"), module("x::Y")]);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    edges.entry(module("claim")).or_default().insert(module("manifest"));
+    assert_eq!(find_cycle(&edges), None);
+    edges.entry(module("manifest")).or_default().insert(module("claim"));
+    assert_eq!(find_cycle(&edges), Some(vec![module("claim"), module("manifest"), module("claim")]));
 }

@@ -11,7 +11,7 @@
 //! This module holds the declaration and its checks against an experiment's names; judging a
 //! claim on measured rounds is `records::evidence`.
 
-use crate::manifest::Invalid;
+use crate::invalid::Invalid;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,8 @@
 //! pinned model's files are found (or made) and verified before anything loads them.
 //!
 //! - [`digest`], [`pin`], [`manifest`], [`workspace`]: digests, model pins, experiment manifests,
-//!   the workspace's folders; [`claim`]: the findings a manifest states.
+//!   the workspace's folders; [`claim`]: the findings a manifest states; a value out of range is a
+//!   [`manifest::Invalid`].
 //! - [`resolve`], [`generate`]: finding (or generating) a pinned model's files, verified.
 //! - [`config`], [`weights`]: a checkpoint's `config.json`, and the precision its weights are held in.
 //! - [`gguf`]: export of a checkpoint for llama.cpp.
@@ -14,6 +15,7 @@ pub mod config;
 pub mod digest;
 pub mod generate;
 pub mod gguf;
+mod invalid;
 pub mod manifest;
 pub mod pin;
 pub mod resolve;

@@ -28,20 +28,9 @@ pub struct ExperimentManifest<P, E> {
     pub claims: Vec<crate::claim::Claim>,
 }
 
-/// A manifest parameter out of its range, found before anything runs: `field` is its path in the
-/// manifest (`parameters.rounds`, `jobs[2].id`), `problem` what is wrong and what would be right.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct Invalid {
-    pub field: String,
-    pub problem: String,
-}
-
-impl Invalid {
-    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        Invalid { field: field.into(), problem: problem.into() }
-    }
-}
+/// A parameter out of its range (its own module, so that [`crate::claim`] uses it without
+/// importing the manifest that holds claims).
+pub use crate::invalid::Invalid;
 
 /// The longest wait a manifest or a flag may ask for, in seconds (a week): beyond it a timeout or
 /// an arrival is no longer a plan for a run, and far beyond it the clock's arithmetic overflows.

@@ -10,7 +10,7 @@
 
 use clap::Parser;
 use common::chart::{cell, Chart, CompareRow, Lines, Section};
-use common::experiment::{read_as, AnyManifest, CommandLine, Experiment, ExperimentError, ModelArgs, Settings};
+use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs};
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
@@ -38,6 +38,10 @@ pub struct Args {
 
 impl CommandLine for Args {
     type Parameters = Parameters;
+
+    fn model(&self) -> &ModelArgs {
+        &self.model
+    }
 
     /// The manifest's parameters with the command line's overrides.
     fn effective(&self, base: &Parameters) -> Parameters {
@@ -445,30 +449,37 @@ type Curve<'a> = (&'a str, &'a str, &'a str, &'a [usize], &'a dyn Fn(usize) -> S
 pub struct DecodeScaling;
 
 impl Experiment for DecodeScaling {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
-    }
+    const NAME: &'static str = EXPERIMENT;
+    type Parameters = Parameters;
+    type Expectations = Expectations;
+    type Artifact = Artifact;
+    type Args = Args;
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
-        Ok(read_as::<Parameters>("parameters", &manifest.parameters)?.validate()?)
-    }
-
-    fn schemas(&self) -> Vec<(String, Value)> {
-        common::experiment::schemas_of::<Parameters, Expectations, Artifact>(EXPERIMENT)
-    }
-
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
-        common::experiment::settings::<Args>(argv, manifest_parameters)
-    }
-
-    fn rederive(&self, artifact: &mut Value) {
-        common::experiment::rederive_as(artifact, |a: &mut Artifact| {
-            (a.summary, a.ratios) = summarize_points(&a.parameters, &a.points());
+    /// Without a manifest (`--model-dir`): short contexts, so that any checkpoint runs it quickly.
+    fn default_parameters(&self) -> Option<Parameters> {
+        Some(Parameters {
+            contexts: vec![64, 256, 1024],
+            batches: vec![1, 2, 4, 8],
+            batch_context: 64,
+            prefill_tokens: 256,
+            chunk_sizes: vec![32, 64, 128, 256],
+            prompt_lengths: vec![256, 1024],
+            steps: 4,
+            rounds: 2,
+            stock: true,
         })
     }
 
-    fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
-        common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
+    fn validate(&self, parameters: &Parameters) -> Result<(), Invalid> {
+        parameters.validate()
+    }
+
+    fn rederive(&self, a: &mut Artifact) {
+        (a.summary, a.ratios) = summarize_points(&a.parameters, &a.points());
+    }
+
+    fn audit(&self, artifact: &Artifact, _expectations: Option<&Expectations>, f: &mut Findings) {
+        check(artifact, f)
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {

@@ -2,31 +2,14 @@
 //! and prompt length, our engine beside the stock candle-transformers loop on the same checkpoint, point by point.
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor, D};
-use candle_transformers::models::qwen2::ModelForCausalLM;
-use common::experiment::{prepare, CommandLine};
+use common::experiment::prepare;
 use common::load::LoadedModel;
 use common::session::Session;
+use common::stock::Stock;
 use decode_scaling::{
-    summarize_points, Args, Artifact, DecodePoint, Engine, Expectations, Parameters, Points, PrefillPoint, PromptPoint,
-    EXPERIMENT,
+    summarize_points, Args, Artifact, DecodePoint, DecodeScaling, Engine, Points, PrefillPoint, PromptPoint,
 };
 use std::time::Instant;
-
-/// Without a manifest (`--model-dir`): short contexts, so that any checkpoint runs it quickly.
-fn default_parameters() -> Parameters {
-    Parameters {
-        contexts: vec![64, 256, 1024],
-        batches: vec![1, 2, 4, 8],
-        batch_context: 64,
-        prefill_tokens: 256,
-        chunk_sizes: vec![32, 64, 128, 256],
-        prompt_lengths: vec![256, 1024],
-        steps: 4,
-        rounds: 2,
-        stock: true,
-    }
-}
 
 /// The stock loop fills its cache for a decode point in prefill steps of this many tokens, which
 /// bounds its attention mask (a whole 4096-token prompt in one step would build gigabytes).
@@ -37,14 +20,10 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let prepared = prepare::<Parameters, Expectations>(EXPERIMENT, &args.model)?;
+    let prepared = prepare(&DecodeScaling, &args)?;
     let origin = prepared.manifest.as_ref().map(|m| m.record.path.clone()).unwrap_or_else(|| "parameters".into());
-    let base = prepared.manifest.as_ref().map(|m| m.manifest.parameters.clone()).unwrap_or_else(default_parameters);
-    let params = args.effective(&base);
-    if let Err(problem) = params.validate() {
-        bail!("{origin}: {problem}");
-    }
-    let model = &prepared.model;
+    let params = prepared.parameters.clone();
+    let model = &prepared.model.loaded;
     let context = model.config.max_position_embeddings;
     if params.longest() > context {
         bail!(
@@ -63,7 +42,8 @@ fn run(args: Args) -> Result<()> {
     let (_, prompt) = model.encode_user_prompt("Explain cache invalidation in one sentence.")?;
     let filler = |n: usize| -> Vec<u32> { prompt.iter().copied().cycle().take(n).collect() };
     let long = common::schedule::long_prompt(model, params.prompt_lengths.iter().copied().max().unwrap_or(0))?;
-    let mut stock = if params.stock { Some(Stock::new(model)?) } else { None };
+    let mut stock =
+        if params.stock { Some(Stock::new(model).context("building the stock candle model")?) } else { None };
 
     let (mut decode, mut prefill, mut prompts) = (Vec::new(), Vec::new(), Vec::new());
     let points = params.decode_points();
@@ -76,7 +56,7 @@ fn run(args: Args) -> Result<()> {
             let step_ms = ours_decode(model, context, batch, params.steps)?;
             decode.push(DecodePoint { engine: Engine::Ours, round, context, batch, step_ms });
             if let Some(stock) = stock.as_mut() {
-                let step_ms = stock.decode(&filler(context), batch, params.steps)?;
+                let step_ms = stock_decode(stock, &filler(context), batch, params.steps)?;
                 decode.push(DecodePoint { engine: Engine::StockCandle, round, context, batch, step_ms });
             }
         }
@@ -90,7 +70,7 @@ fn run(args: Args) -> Result<()> {
             let chunk_ms = ours_prefill(model, &tokens, chunk_size)?;
             prefill.push(PrefillPoint { engine: Engine::Ours, round, chunk_size, chunk_ms });
             if let Some(stock) = stock.as_mut() {
-                let chunk_ms = stock.prefill(&tokens, chunk_size)?;
+                let chunk_ms = stock_prefill(stock, &tokens, chunk_size)?;
                 prefill.push(PrefillPoint { engine: Engine::StockCandle, round, chunk_size, chunk_ms });
             }
         }
@@ -101,7 +81,7 @@ fn run(args: Args) -> Result<()> {
             let ms = ours_prefill(model, ids, tokens)?.iter().sum();
             prompts.push(PromptPoint { engine: Engine::Ours, round, tokens, ms });
             if let Some(stock) = stock.as_mut() {
-                let ms = stock.prefill(ids, tokens)?.iter().sum();
+                let ms = stock_prefill(stock, ids, tokens)?.iter().sum();
                 prompts.push(PromptPoint { engine: Engine::StockCandle, round, tokens, ms });
             }
         }
@@ -109,16 +89,10 @@ fn run(args: Args) -> Result<()> {
 
     let (summary, ratios) =
         summarize_points(&params, &Points { decode: &decode, prefill: &prefill, prompts: &prompts });
-    let provenance = prepared.provenance(common::build_facts!(), args.requested(), serde_json::to_value(&params)?);
-    let model_id = prepared
-        .resolved
-        .pin
-        .as_ref()
-        .map(|p| p.repo.clone())
-        .unwrap_or_else(|| prepared.ws.display_path(&prepared.resolved.dir));
+    let provenance = prepared.provenance(common::build_facts!())?;
     let artifact = Artifact {
         parameters: params,
-        model_id,
+        model_id: prepared.model_id(),
         decode,
         prefill,
         prompts,
@@ -127,7 +101,7 @@ fn run(args: Args) -> Result<()> {
         notes: decode_scaling::NOTES.into(),
         provenance,
     };
-    let path = prepared.write(args.model.out.as_ref(), &artifact)?;
+    let path = prepared.write(&artifact)?;
     print_table(&artifact);
     println!("artifact: {}", prepared.ws.display_path(&path));
     Ok(())
@@ -172,68 +146,41 @@ fn ours_prefill(model: &LoadedModel, tokens: &[u32], chunk: usize) -> Result<Vec
     Ok(times)
 }
 
-/// The stock candle-transformers Qwen2 on the same files, in F32.
-struct Stock {
-    model: ModelForCausalLM,
-    device: Device,
+/// `steps` timed decode steps (after one untimed) of the stock loop on `batch` copies of a
+/// sequence whose cache holds `context` (filled by forwards first, untimed).
+fn stock_decode(stock: &mut Stock, context: &[u32], batch: usize, steps: usize) -> Result<Vec<f64>> {
+    stock.clear();
+    let mut offset = 0;
+    for piece in context.chunks(STOCK_FILL_CHUNK) {
+        stock.forward(piece, batch, offset)?;
+        offset += piece.len();
+    }
+    let mut next = vec![1u32; batch];
+    let mut times = Vec::with_capacity(steps);
+    for step in 0..=steps {
+        let t = Instant::now();
+        // The copies are one sequence: each step feeds every copy the same id.
+        next = stock.forward(&next[..1], batch, offset)?;
+        if step > 0 {
+            times.push(ms(t));
+        }
+        offset += 1;
+    }
+    Ok(times)
 }
 
-impl Stock {
-    fn new(loaded: &LoadedModel) -> Result<Self> {
-        let weights = loaded.dir.join("model.safetensors");
-        // SAFETY: the checkpoint was verified against its pin and is not modified while mapped.
-        let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &loaded.device) }
-            .with_context(|| format!("mapping {}", weights.display()))?;
-        let model = ModelForCausalLM::new(&loaded.config, vb).context("building the stock candle model")?;
-        Ok(Stock { model, device: loaded.device.clone() })
+/// A prefill of `tokens` by the stock loop in forwards of at most `chunk` tokens, each timed.
+fn stock_prefill(stock: &mut Stock, tokens: &[u32], chunk: usize) -> Result<Vec<f64>> {
+    stock.clear();
+    let mut times = Vec::new();
+    let mut offset = 0;
+    for piece in tokens.chunks(chunk) {
+        let t = Instant::now();
+        stock.forward(piece, 1, offset)?;
+        times.push(ms(t));
+        offset += piece.len();
     }
-
-    /// One forward of `batch` copies of `piece` at `offset`; the argmax of each copy's last logits.
-    fn forward(&mut self, piece: &[u32], batch: usize, offset: usize) -> Result<Vec<u32>> {
-        let ids: Vec<u32> = (0..batch).flat_map(|_| piece.iter().copied()).collect();
-        let input = Tensor::from_vec(ids, (batch, piece.len()), &self.device)?;
-        let logits = self.model.forward(&input, offset)?;
-        Ok(logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?)
-    }
-
-    /// `steps` timed decode steps (after one untimed) of `batch` sequences whose cache holds
-    /// `context` (filled by forwards first, untimed).
-    fn decode(&mut self, context: &[u32], batch: usize, steps: usize) -> Result<Vec<f64>> {
-        self.model.clear_kv_cache();
-        let mut offset = 0;
-        for piece in context.chunks(STOCK_FILL_CHUNK) {
-            self.forward(piece, batch, offset)?;
-            offset += piece.len();
-        }
-        let mut next = vec![1u32; batch];
-        let mut times = Vec::with_capacity(steps);
-        for step in 0..=steps {
-            let ids: Vec<u32> = next.clone();
-            let t = Instant::now();
-            let input = Tensor::from_vec(ids, (batch, 1), &self.device)?;
-            let logits = self.model.forward(&input, offset)?;
-            next = logits.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?;
-            if step > 0 {
-                times.push(ms(t));
-            }
-            offset += 1;
-        }
-        Ok(times)
-    }
-
-    /// A prefill of `tokens` in forwards of at most `chunk` tokens, each timed.
-    fn prefill(&mut self, tokens: &[u32], chunk: usize) -> Result<Vec<f64>> {
-        self.model.clear_kv_cache();
-        let mut times = Vec::new();
-        let mut offset = 0;
-        for piece in tokens.chunks(chunk) {
-            let t = Instant::now();
-            self.forward(piece, 1, offset)?;
-            times.push(ms(t));
-            offset += piece.len();
-        }
-        Ok(times)
-    }
+    Ok(times)
 }
 
 fn print_table(a: &Artifact) {

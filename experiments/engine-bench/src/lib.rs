@@ -13,7 +13,7 @@
 
 use clap::Parser;
 use common::chart::{Chart, CompareRow, Grouped, Section};
-use common::experiment::{read_as, AnyManifest, CommandLine, Experiment, ExperimentError, ModelArgs, Settings};
+use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs};
 use common::finding::Findings;
 use common::gguf::WeightType;
 use common::manifest::Invalid;
@@ -40,6 +40,10 @@ pub struct Args {
 
 impl CommandLine for Args {
     type Parameters = Parameters;
+
+    fn model(&self) -> &ModelArgs {
+        &self.model
+    }
 
     fn effective(&self, base: &Parameters) -> Parameters {
         let mut p = base.clone();
@@ -484,40 +488,29 @@ fn check(a: &Artifact, f: &mut Findings) {
 pub struct EngineBench;
 
 impl Experiment for EngineBench {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+    const NAME: &'static str = EXPERIMENT;
+    const REPRODUCED: bool = false;
+    type Parameters = Parameters;
+    type Expectations = Value;
+    type Artifact = Artifact;
+    type Args = Args;
+
+    fn validate(&self, parameters: &Parameters) -> Result<(), Invalid> {
+        parameters.validate()
     }
 
-    fn reproduced(&self) -> bool {
-        false
+    fn audit(&self, artifact: &Artifact, _expectations: Option<&Value>, f: &mut Findings) {
+        check(artifact, f)
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
-        Ok(read_as::<Parameters>("parameters", &manifest.parameters)?.validate()?)
-    }
-
-    fn schemas(&self) -> Vec<(String, Value)> {
-        common::experiment::schemas_of::<Parameters, Value, Artifact>(EXPERIMENT)
-    }
-
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
-        common::experiment::settings::<Args>(argv, manifest_parameters)
-    }
-
-    fn audit(&self, artifact: &Value, _expectations: Option<&Value>, f: &mut Findings) {
-        common::experiment::audit_as::<Artifact>(EXPERIMENT, artifact, f, check)
-    }
-
-    fn rederive(&self, artifact: &mut Value) {
-        common::experiment::rederive_as(artifact, |a: &mut Artifact| {
-            for c in &mut a.comparisons {
-                let (a_side, b_side) = (std::mem::take(&mut c.a), std::mem::take(&mut c.b));
-                *c = Comparison::new(&c.name, &c.meaning, &c.unit, &c.a_label, a_side, &c.b_label, b_side, c.rule);
-            }
-            for o in &mut a.overhead {
-                o.share_percent = 100.0 * o.overhead_ms / o.forward_ms;
-            }
-        })
+    fn rederive(&self, a: &mut Artifact) {
+        for c in &mut a.comparisons {
+            let (a_side, b_side) = (std::mem::take(&mut c.a), std::mem::take(&mut c.b));
+            *c = Comparison::new(&c.name, &c.meaning, &c.unit, &c.a_label, a_side, &c.b_label, b_side, c.rule);
+        }
+        for o in &mut a.overhead {
+            o.share_percent = 100.0 * o.overhead_ms / o.forward_ms;
+        }
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {

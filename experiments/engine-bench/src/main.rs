@@ -5,8 +5,7 @@
 //! mislead.
 
 use anyhow::{bail, Context, Result};
-use candle_core::Tensor;
-use common::experiment::{prepare, CommandLine};
+use common::experiment::prepare;
 use common::gguf::WeightType;
 use common::kernel::ReadProbe;
 use common::load::LoadedModel;
@@ -14,10 +13,9 @@ use common::policy::Policy;
 use common::qwen::{Cache, WeightDtype};
 use common::schedule::{self, Job, RunConfig};
 use common::session::Session;
+use common::stock::Stock;
 use common::workspace::Workspace;
-use engine_bench::{
-    Agreement, Args, Artifact, Comparison, Gguf, LlamaCpp, Overhead, Parameters, Rule, Stream, EXPERIMENT,
-};
+use engine_bench::{Agreement, Args, Artifact, Comparison, EngineBench, Gguf, LlamaCpp, Overhead, Rule, Stream};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -28,28 +26,23 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &args.model)?;
-    let Some(manifest) = prepared.manifest.as_ref() else {
-        bail!("engine-bench needs a manifest (manifests/engine-bench/qwen2.5-0.5b.json); it compares pinned weights");
-    };
-    let params = args.effective(&manifest.manifest.parameters);
-    if let Err(problem) = params.validate() {
-        bail!("{}: {problem}", manifest.record.path);
-    }
-    let model = &prepared.model;
+    // No default parameters: without a manifest, prepare refuses the run (it compares pinned weights).
+    let prepared = prepare(&EngineBench, &args)?;
+    let origin = prepared.manifest.as_ref().map_or("parameters", |m| m.record.path.as_str());
+    let params = prepared.parameters.clone();
+    let model = &prepared.model.loaded;
     let context = model.config.max_position_embeddings;
     if params.long_context + params.steps + 1 > context {
-        bail!("{}: parameters.long_context: beyond the model's context of {context}", manifest.record.path);
+        bail!("{origin}: parameters.long_context: beyond the model's context of {context}");
     }
     let longest = params.prompts.last().map_or(0, |p| p.tokens);
     if longest + params.decode_tokens + 1 > context {
         bail!(
-            "{}: parameters.prompts: {longest} tokens and the decode steps pass the model's context of {context}",
-            manifest.record.path
+            "{origin}: parameters.prompts: {longest} tokens and the decode steps pass the model's context of {context}"
         );
     }
     let ws = &prepared.ws;
-    let dir = prepared.resolved.dir.clone();
+    let dir = prepared.model.resolved.dir.clone();
     let (_, prompt) = model.encode_user_prompt(&common::schedule::seed_workload().jobs[0].prompt)?;
     let long_prompt = schedule::long_prompt(model, longest)?;
     let mut comparisons = Vec::new();
@@ -59,10 +52,10 @@ fn run(args: Args) -> Result<()> {
 
     // The stock candle-transformers Qwen2 on the same files: prefill, then one forward per token.
     tracing::info!("decode: ours against the stock candle loop, {} rounds", p.rounds);
-    let mut stock = stock_model(model)?;
+    let mut stock = Stock::new(model).context("building the stock candle model")?;
     let (mut ours_tps, mut stock_tps) = (Vec::new(), Vec::new());
     for _ in 0..p.rounds {
-        stock_tps.push(stock_round(&mut stock, model, &prompt, p.decode_tokens)?);
+        stock_tps.push(stock_round(&mut stock, &prompt, p.decode_tokens)?);
         ours_tps.push(ours(model, &prompt, p.decode_tokens)?.decode_tps);
     }
     drop(stock);
@@ -128,7 +121,16 @@ fn run(args: Args) -> Result<()> {
                     ),
                 ];
                 for (name, meaning, unit, field, rule) in measures {
-                    comparisons.push(Comparison::new(&name, meaning, unit, "ours", of(&o, field), "llama.cpp", of(&t, field), rule));
+                    comparisons.push(Comparison::new(
+                        &name,
+                        meaning,
+                        unit,
+                        "ours",
+                        of(&o, field),
+                        "llama.cpp",
+                        of(&t, field),
+                        rule,
+                    ));
                 }
                 let agree = o[0].ids.iter().zip(&t[0].ids).take_while(|(a, b)| a == b).count();
                 agreement.push(Agreement {
@@ -252,8 +254,8 @@ fn run(args: Args) -> Result<()> {
         });
     }
 
-    let provenance = prepared.provenance(common::build_facts!(), args.requested(), serde_json::to_value(&params)?);
-    let model_id = prepared.resolved.pin.as_ref().map(|p| p.repo.clone()).unwrap_or_default();
+    let provenance = prepared.provenance(common::build_facts!())?;
+    let model_id = prepared.model_id();
     let artifact = Artifact {
         parameters: params,
         model_id,
@@ -267,7 +269,7 @@ fn run(args: Args) -> Result<()> {
         overhead,
         provenance,
     };
-    let path = prepared.write(args.model.out.as_ref(), &artifact)?;
+    let path = prepared.write(&artifact)?;
     print_table(&artifact);
     println!("artifact: {}", ws.display_path(&path));
     Ok(())
@@ -294,30 +296,13 @@ fn ours(model: &LoadedModel, prompt: &[u32], decode: usize) -> Result<Round> {
     Ok(Round { prefill_s, decode_tps: decode as f64 / t.elapsed().as_secs_f64(), ids: s.output().to_vec() })
 }
 
-fn stock_model(model: &LoadedModel) -> Result<candle_transformers::models::qwen2::ModelForCausalLM> {
-    let weights = model.dir.join("model.safetensors");
-    // SAFETY: the checkpoint was verified against its pin and is not modified while mapped.
-    let vb =
-        unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[&weights], candle_core::DType::F32, &model.device) }?;
-    Ok(candle_transformers::models::qwen2::ModelForCausalLM::new(&model.config, vb)?)
-}
-
 /// The stock loop's decode tokens/s after a prefill of `prompt`.
-fn stock_round(
-    m: &mut candle_transformers::models::qwen2::ModelForCausalLM,
-    model: &LoadedModel,
-    prompt: &[u32],
-    decode: usize,
-) -> Result<f64> {
-    m.clear_kv_cache();
-    let ids = Tensor::new(prompt, &model.device)?.unsqueeze(0)?;
-    let logits = m.forward(&ids, 0)?;
-    let mut next = logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?;
+fn stock_round(stock: &mut Stock, prompt: &[u32], decode: usize) -> Result<f64> {
+    stock.clear();
+    let mut next = stock.forward(prompt, 1, 0)?;
     let t = Instant::now();
     for i in 0..decode {
-        let ids = Tensor::new(&[next], &model.device)?.unsqueeze(0)?;
-        let logits = m.forward(&ids, prompt.len() + i)?;
-        next = logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?;
+        next = stock.forward(&next, 1, prompt.len() + i)?;
     }
     Ok(decode as f64 / t.elapsed().as_secs_f64())
 }

@@ -2,18 +2,14 @@
 //! the predecessor's seed artifact read for what its fields allow, and pinning a manifest's ids.
 
 use crate::study::{self, Expectations, SchedulerArtifact};
-use common::experiment::{read_as, ExperimentError};
+use common::experiment::ExperimentError;
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::weights::WeightDtype;
 use serde_json::Value;
 
 /// The invariants of a scheduler artifact, and the manifest's pinned ids when `expectations` is given.
-pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings) {
-    let artifact: SchedulerArtifact = match serde_json::from_value(body.clone()) {
-        Ok(a) => a,
-        Err(e) => return f.wrong("schema", "", format!("does not read as a scheduler artifact: {e}")),
-    };
+pub(crate) fn audit(artifact: &SchedulerArtifact, expectations: Option<&Expectations>, f: &mut Findings) {
     if artifact.runs.is_empty() {
         // What `--warmup` past every round, or a hand-edited file, leaves: nothing measured.
         return f.wrong(
@@ -28,7 +24,7 @@ pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings
     if serde_json::to_value(&artifact.parameters).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
         f.wrong("invariants", "parameters", "differs from provenance.settings.effective");
     }
-    recorded_facts(&artifact, f);
+    recorded_facts(artifact, f);
     for (i, run) in artifact.runs.iter().enumerate() {
         for Invalid { field, problem } in study::run_invariants(i, run, &artifact.jobs) {
             f.wrong("invariants", field, problem);
@@ -56,8 +52,7 @@ pub(crate) fn audit(body: &Value, expectations: Option<&Value>, f: &mut Findings
         f.wrong("invariants", "throughput", "differs from the throughput recomputed from the runs");
     }
     let ours = artifact.runs.first().map(study::run_ids).unwrap_or_default();
-    let expectations: Option<study::Expectations> = expectations.and_then(|e| serde_json::from_value(e.clone()).ok());
-    if let Some(expected) = expectations.as_ref().and_then(|e| e.output_ids.as_ref()) {
+    if let Some(expected) = expectations.and_then(|e| e.output_ids.as_ref()) {
         let cmp = study::compare_ids("manifest", &ours, expected);
         // The manifest pins F32 ids; with reduced-precision weights leaving them is recorded in
         // checks.expected (compared below), not a failure.
@@ -288,11 +283,11 @@ pub(crate) fn audit_foreign(value: &Value, f: &mut Findings) {
 }
 
 /// The manifest's expectations with the fresh artifact's ids pinned (the predecessor's ids kept).
-pub(crate) fn pin(artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, ExperimentError> {
-    let artifact: SchedulerArtifact = read_as("the scheduler artifact", artifact)?;
-    let current: Option<Expectations> = current.map(|v| read_as("the manifest's expectations", v)).transpose()?;
+pub(crate) fn pin(
+    artifact: &SchedulerArtifact,
+    current: Option<&Expectations>,
+) -> Result<Expectations, ExperimentError> {
     let ids = artifact.runs.first().map(study::run_ids).ok_or(ExperimentError::Missing("runs"))?;
-    let predecessor = current.and_then(|e| e.predecessor);
-    let pinned = Expectations { output_ids: Some(ids), predecessor };
-    serde_json::to_value(pinned).map(Some).map_err(ExperimentError::read("the pinned expectations"))
+    let predecessor = current.and_then(|e| e.predecessor.clone());
+    Ok(Expectations { output_ids: Some(ids), predecessor })
 }

@@ -5,7 +5,6 @@
 use crate::study::Parameters;
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{read_as, ExperimentError};
 use serde_json::Value;
 
 const REQUEST_METRICS: [&str; 3] = ["ttft_ms", "completion_ms", "max_gap_ms"];
@@ -28,10 +27,9 @@ pub fn run_label(policy: &str, chunk_size: Option<u64>, max_active: u64, kv_budg
     label
 }
 
-pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentError> {
-    let p: Parameters = read_as("parameters", parameters)?;
+pub(crate) fn vocabulary(p: &Parameters) -> Vocabulary {
     let strings = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
-    Ok(Vocabulary {
+    Vocabulary {
         run_metrics: strings(&RUN_METRICS),
         request_metrics: strings(&REQUEST_METRICS),
         runs: p
@@ -47,7 +45,7 @@ pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentErr
             })
             .collect(),
         requests: p.jobs.iter().map(|j| j.id.clone()).collect(),
-    })
+    }
 }
 
 pub(crate) fn observations(artifact: &Value) -> Vec<Observation> {

@@ -40,6 +40,10 @@ pub struct Args {
 impl CommandLine for Args {
     type Parameters = Parameters;
 
+    fn model(&self) -> &ModelArgs {
+        &self.model
+    }
+
     fn effective(&self, base: &Parameters) -> Parameters {
         let args = self;
         let mut p = base.clone();

@@ -15,8 +15,9 @@ pub mod study;
 use common::chart::{CompareRow, Section};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
+use common::experiment::{Experiment, ExperimentError};
 use common::finding::Findings;
+use common::manifest::Invalid;
 use serde_json::Value;
 
 /// The experiment's name.
@@ -26,32 +27,27 @@ pub const EXPERIMENT: &str = "scheduler";
 pub struct Scheduler;
 
 impl Experiment for Scheduler {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+    const NAME: &'static str = EXPERIMENT;
+    type Parameters = study::Parameters;
+    type Expectations = study::Expectations;
+    type Artifact = study::SchedulerArtifact;
+    type Args = cli::Args;
+
+    /// Without a manifest (`--model-dir`): the seed's workload and runs.
+    fn default_parameters(&self) -> Option<study::Parameters> {
+        Some(study::Parameters::seed())
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
-        read_as::<study::Parameters>("parameters", &manifest.parameters)?.validate()?;
-        if let Some(e) = &manifest.expectations {
-            read_as::<study::Expectations>("expectations", e)?;
-        }
-        Ok(())
+    fn validate(&self, parameters: &study::Parameters) -> Result<(), Invalid> {
+        parameters.validate()
     }
 
-    fn schemas(&self) -> Vec<(String, Value)> {
-        common::experiment::schemas_of::<study::Parameters, study::Expectations, study::SchedulerArtifact>(EXPERIMENT)
+    fn audit(&self, artifact: &study::SchedulerArtifact, expectations: Option<&study::Expectations>, f: &mut Findings) {
+        checks::audit(artifact, expectations, f)
     }
 
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
-        common::experiment::settings::<cli::Args>(argv, manifest_parameters)
-    }
-
-    fn audit(&self, artifact: &Value, expectations: Option<&Value>, findings: &mut Findings) {
-        checks::audit(artifact, expectations, findings)
-    }
-
-    fn rederive(&self, artifact: &mut Value) {
-        common::experiment::rederive_as(artifact, study::rederive)
+    fn rederive(&self, artifact: &mut study::SchedulerArtifact) {
+        study::rederive(artifact)
     }
 
     fn recognises(&self, foreign: &Value) -> bool {
@@ -62,8 +58,12 @@ impl Experiment for Scheduler {
         checks::audit_foreign(foreign, findings)
     }
 
-    fn pin(&self, artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, ExperimentError> {
-        checks::pin(artifact, current)
+    fn pin(
+        &self,
+        artifact: &study::SchedulerArtifact,
+        current: Option<&study::Expectations>,
+    ) -> Result<Option<study::Expectations>, ExperimentError> {
+        checks::pin(artifact, current).map(Some)
     }
 
     fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
@@ -74,7 +74,7 @@ impl Experiment for Scheduler {
         report::compare(a, b)
     }
 
-    fn claim_vocabulary(&self, parameters: &Value) -> Result<Vocabulary, ExperimentError> {
+    fn claim_vocabulary(&self, parameters: &study::Parameters) -> Vocabulary {
         claims::vocabulary(parameters)
     }
 

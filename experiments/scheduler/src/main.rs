@@ -4,35 +4,26 @@
 //! completion and largest token gap derived from it, and each run's aggregate throughput.
 
 use anyhow::{bail, Context, Result};
-use common::experiment::{claims_table, claims_to_judge, judge_claims, prepare, CommandLine};
+use common::experiment::{claims_table, judge_claims, prepare};
 use common::qwen::WeightDtype;
 use common::schedule::{self, request_metrics, Job};
 use scheduler::cli::Args;
 use scheduler::study::{
     arrival_policy, compare_ids, consistency, output_tokens_per_s, run_ids, summarize_runs, summarize_throughput,
-    Checks, Environment, Expectations, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact,
-    EXECUTION_MODE, LIMITS,
+    Checks, Environment, JobRecord, Parameters, RequestRecord, RunRecord, SchedulerArtifact, EXECUTION_MODE, LIMITS,
 };
 
-use scheduler::{Scheduler, EXPERIMENT};
+use scheduler::Scheduler;
 
 fn main() {
     common::experiment::main(run)
 }
 
 fn run(args: Args) -> Result<i32> {
-    let prepared = prepare::<Parameters, Expectations>(EXPERIMENT, &args.model)?;
-    let (base, expectations) = match &prepared.manifest {
-        Some(m) => (m.manifest.parameters.clone(), m.manifest.expectations.clone()),
-        None => (Parameters::seed(), None),
-    };
-    let params = args.effective(&base);
-    if let Err(problem) = params.validate() {
-        let origin = prepared.manifest.as_ref().map(|m| m.record.path.clone()).unwrap_or_else(|| "parameters".into());
-        bail!("{origin}: {problem}");
-    }
-    let claims = claims_to_judge(&Scheduler, &prepared)?;
-    let model = &prepared.model;
+    let prepared = prepare(&Scheduler, &args)?;
+    let params = prepared.parameters.clone();
+    let expectations = prepared.expectations().cloned();
+    let model = &prepared.model.loaded;
     let weights = model.model.weight_dtype();
 
     let mut jobs = Vec::new();
@@ -130,12 +121,12 @@ fn run(args: Args) -> Result<i32> {
     };
 
     let facts = common::build_facts!();
-    let provenance = prepared.provenance(facts, args.requested(), serde_json::to_value(&params)?);
-    let pin = prepared.resolved.pin.as_ref();
+    let provenance = prepared.provenance(facts)?;
+    let pin = prepared.model.resolved.pin.as_ref();
     let mut artifact = SchedulerArtifact {
         execution_mode: EXECUTION_MODE.into(),
         environment: Environment::of(&provenance),
-        model_id: pin.map(|p| p.repo.clone()).unwrap_or_else(|| prepared.ws.display_path(&prepared.resolved.dir)),
+        model_id: prepared.model_id(),
         model_revision: pin.map(|p| p.revision.clone()),
         source_sha256: facts.source_sha256.to_string(),
         arrival_policy: arrival_policy(&params),
@@ -149,8 +140,8 @@ fn run(args: Args) -> Result<i32> {
         limits: LIMITS.into(),
         provenance,
     };
-    artifact.claims = judge_claims(&Scheduler, &claims, &artifact)?;
-    let path = prepared.write(args.model.out.as_ref(), &artifact)?;
+    artifact.claims = judge_claims(&Scheduler, &prepared.claims, &artifact)?;
+    let path = prepared.write(&artifact)?;
     print_table(&artifact);
     if !artifact.claims.is_empty() {
         let rows: Vec<_> = artifact.claims.iter().map(|c| (prepared.manifest_label(), c)).collect();

@@ -8,7 +8,8 @@
 //!   granularity) and then under the 256 streams. A chunk's timestamp is late by at most the
 //!   loop's lag, so the loaded distribution, less the idle one, bounds the timestamp error.
 
-use serving_bench::client::{http_client, measure, Kind, Spec, Target, Timeouts};
+use serving_bench::client::{http_client, measure, Spec, Timeouts};
+use serving_bench::serving::{Kind, Runtime};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
@@ -57,12 +58,11 @@ fn main() {
             total: Duration::from_secs(300),
         };
         let http = http_client(&timeouts, Default::default(), false);
-        let target = Target {
+        let target = Runtime {
             name: "embedded".into(),
             kind: Kind::OpenAi,
             base_url: base.clone(),
             model: "tiny".into(),
-            options: Default::default(),
             replicas: Vec::new(),
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -81,6 +81,7 @@ fn main() {
                 messages: None,
                 max_tokens: TOKENS,
                 seed: 1,
+                options: Default::default(),
             })
             .collect();
         let records =

@@ -3,7 +3,7 @@
 //! summary allows.
 
 use crate::load::{self, Load};
-use crate::serving::{Arrivals, ErrorClass, RequestRecord};
+use crate::serving::{Arrivals, ErrorClass, Kind, RequestRecord};
 use common::finding::Findings;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -14,15 +14,11 @@ fn num(v: &Value, key: &str) -> Option<f64> {
 
 /// The invariants of a serving-bench artifact; every summary is recomputed from the requests.
 /// (The manifest pins no expectations: serving numbers are this machine's.)
-pub(crate) fn audit(body: &Value, f: &mut Findings) {
-    let artifact: crate::serving::ServingArtifact = match serde_json::from_value(body.clone()) {
-        Ok(a) => a,
-        Err(e) => return f.wrong("schema", "", format!("does not read as a serving-bench artifact: {e}")),
-    };
+pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
     if serde_json::to_value(&artifact.arguments).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
         f.wrong("invariants", "arguments", "differs from provenance.settings.effective");
     }
-    recorded_facts(&artifact, f);
+    recorded_facts(artifact, f);
     for (i, r) in artifact.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
         let admitted = r.arrival.and_then(|a| a.admitted_s);
@@ -74,7 +70,7 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
             f.wrong("invariants", at("status"), format!("{:?} for a request whose outcome is {:?}", r.status, r.error));
         }
         // Each API's counters come from its own stream: usage from OpenAI's, eval counts from Ollama's.
-        let kind = artifact.runtimes.iter().find(|t| t.name == r.runtime).map(|t| t.kind.as_str());
+        let kind = artifact.runtimes.iter().find(|t| t.name == r.runtime).map(|t| t.kind);
         let ollama_counts = [
             r.ollama_eval_count,
             r.ollama_eval_duration_ns,
@@ -83,15 +79,15 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
         ];
         let usage_counts = [r.usage_completion_tokens, r.usage_prompt_tokens];
         let foreign = match kind {
-            Some("openai") => ollama_counts.iter().any(Option::is_some),
-            Some("ollama") => usage_counts.iter().any(Option::is_some) || !r.chunk_tokens.is_empty(),
-            _ => false,
+            Some(Kind::OpenAi) => ollama_counts.iter().any(Option::is_some),
+            Some(Kind::Ollama) => usage_counts.iter().any(Option::is_some) || !r.chunk_tokens.is_empty(),
+            None => false,
         };
         if foreign {
             f.wrong(
                 "invariants",
                 at("runtime"),
-                format!("carries counters a {} stream does not send", kind.unwrap_or_default()),
+                format!("carries counters a {} stream does not send", kind.map(Kind::name).unwrap_or_default()),
             );
         }
         if r.arrival.is_some() && r.round != 0 {
@@ -146,10 +142,10 @@ pub(crate) fn audit(body: &Value, f: &mut Findings) {
                     "an open-loop record in a run of closed rounds",
                 );
             }
-            closed_rounds(&artifact, f);
+            closed_rounds(artifact, f);
         }
     }
-    sequential(&artifact, f);
+    sequential(artifact, f);
     // The embedded server's KV pool kept its budget, and only an embedded server reports one.
     let embedded = artifact.runtimes.iter().any(|r| r.name.starts_with("embedded-"));
     match &artifact.embedded_kv {
@@ -228,9 +224,6 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         if !map.keys().map(String::as_str).eq(names.iter().copied().collect::<std::collections::BTreeSet<_>>()) {
             f.wrong("invariants", field, "one entry per runtime, by its name");
         }
-    }
-    if let Some(i) = a.runtimes.iter().position(|r| !["openai", "ollama"].contains(&r.kind.as_str())) {
-        f.wrong("invariants", format!("runtimes[{i}].kind"), "is neither openai nor ollama");
     }
     if let Some(i) = a.requests.iter().position(|r| !a.prompts.contains_key(&r.prompt)) {
         f.wrong("invariants", format!("requests[{i}].prompt"), "names no prompt the artifact holds");

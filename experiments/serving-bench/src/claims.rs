@@ -6,20 +6,18 @@
 use crate::serving::{aggregate_tps, groups, load_label, Parameters, RequestRecord};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{read_as, ExperimentError};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 const METRICS: [&str; 4] = ["aggregate_output_tps", "ttft_s_p50", "tpot_s_p50", "total_s_p50"];
 
-pub(crate) fn vocabulary(parameters: &Value) -> Result<Vocabulary, ExperimentError> {
-    let p: Parameters = read_as("parameters", parameters)?;
+pub(crate) fn vocabulary(p: &Parameters) -> Vocabulary {
     let runs = match &p.arrivals {
         // A sweep's later rates are measured, not known: claims name its first two groups.
         Some(a) => crate::load::Load::planned(a).iter().map(|l| l.label()).collect(),
         None => p.concurrency.iter().map(|c| load_label(*c, None)).collect(),
     };
-    Ok(Vocabulary { run_metrics: METRICS.iter().map(|m| m.to_string()).collect(), runs, ..Vocabulary::default() })
+    Vocabulary { run_metrics: METRICS.iter().map(|m| m.to_string()).collect(), runs, ..Vocabulary::default() }
 }
 
 pub(crate) fn observations(artifact: &Value) -> Vec<Observation> {

@@ -327,7 +327,7 @@ pub const DEFAULT_NUM_REQUESTS: usize = 100;
 /// and the group of replicas it belongs to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetSpec {
-    pub kind: crate::client::Kind,
+    pub kind: crate::serving::Kind,
     pub url: Option<String>,
     pub group: Option<String>,
 }
@@ -337,7 +337,8 @@ impl BenchArgs {
     /// embedded server through both of its APIs. `URL@group` makes the URL one replica of the
     /// target `group`. The error is one line naming the flag.
     pub fn targets(&self) -> Result<Vec<TargetSpec>, String> {
-        use crate::client::{self, Kind};
+        use crate::client;
+        use crate::serving::Kind;
         let mut specs = Vec::new();
         for spec in &self.target {
             let shown = crate::client::redacted(spec);
@@ -360,22 +361,6 @@ impl BenchArgs {
             specs = [Kind::OpenAi, Kind::Ollama].map(|kind| TargetSpec { kind, url: None, group: None }).to_vec();
         }
         Ok(specs)
-    }
-
-    /// The run's parameters: `base` (the manifest's, or the seed's) with the flags' overrides,
-    /// validated, with its timeouts, and every finite-rate group's schedule drawn and checked:
-    /// all that a run must know to be possible, before anything loads, runs or is sent. (A
-    /// sweep's later rates come from its first groups, and are checked when they are known.)
-    pub fn parameters(&self, base: Parameters) -> Result<(Parameters, crate::client::Timeouts), Invalid> {
-        let params = self.effective(base);
-        params.validate()?;
-        let timeouts = crate::client::Timeouts::of(&params)?;
-        if let Some(arrivals) = &params.arrivals {
-            for rate in arrivals.rates.iter().flatten() {
-                crate::load::offsets(params.seed, *rate, arrivals)?;
-            }
-        }
-        Ok((params, timeouts))
     }
 
     /// Applies the command-line overrides to the manifest's parameters.
@@ -542,8 +527,30 @@ pub fn seed_parameters() -> Parameters {
     }
 }
 
+/// What a run must know to be possible, past the parameters' own ranges, before anything loads,
+/// runs or is sent: its timeouts, and every finite-rate group's schedule drawn and checked. (A
+/// sweep's later rates come from its first groups, and are checked when they are known.)
+pub fn check_run(params: &Parameters) -> Result<crate::client::Timeouts, Invalid> {
+    params.validate()?;
+    let timeouts = crate::client::Timeouts::of(params)?;
+    if let Some(arrivals) = &params.arrivals {
+        for rate in arrivals.rates.iter().flatten() {
+            crate::load::offsets(params.seed, *rate, arrivals)?;
+        }
+    }
+    Ok(timeouts)
+}
+
 impl CommandLine for Cli {
     type Parameters = Parameters;
+
+    fn model(&self) -> &ModelArgs {
+        &self.bench.model
+    }
+
+    fn recorded_argv(&self, argv: Vec<String>) -> Vec<String> {
+        self.bench.recorded_argv(argv)
+    }
 
     fn requested(&self) -> Value {
         self.bench.requested()

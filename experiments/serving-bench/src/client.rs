@@ -2,40 +2,11 @@
 //! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
 //! a panic or a lost run.
 
-use crate::serving::{self, Endpoint, ErrorClass, RequestRecord};
+use crate::serving::{self, Endpoint, ErrorClass, Kind, RequestRecord, Runtime};
 use crate::stream::{Event, NdjsonParser, SseParser};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// The two API families a target can speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    OpenAi,
-    Ollama,
-}
-
-impl Kind {
-    pub fn parse(s: &str) -> Result<Self, UnknownKind> {
-        match s {
-            "openai" => Ok(Kind::OpenAi),
-            "ollama" => Ok(Kind::Ollama),
-            other => Err(UnknownKind(other.to_string())),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::OpenAi => "openai",
-            Kind::Ollama => "ollama",
-        }
-    }
-}
-
-/// A target kind that is neither API family.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown target kind `{0}`; use openai=URL or ollama=URL")]
-pub struct UnknownKind(String);
 
 /// Why a server's metadata gave no JSON. URLs are shown with their credentials redacted.
 #[derive(Debug, thiserror::Error)]
@@ -133,29 +104,6 @@ pub fn split_group(url: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// A server to measure.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub name: String,
-    pub kind: Kind,
-    pub base_url: String,
-    pub model: String,
-    pub options: RequestOptions,
-    /// The replicas of one deployment measured as one target (`--target KIND=URL@group`), their
-    /// requests spread in turn; empty for a single server (`base_url`).
-    pub replicas: Vec<String>,
-}
-
-impl Target {
-    /// Which replica serves the request at `index` (in turn), and its URL.
-    fn replica(&self, index: usize) -> (Option<usize>, &str) {
-        match self.replicas.len() {
-            0 => (None, &self.base_url),
-            n => (Some(index % n), &self.replicas[index % n]),
-        }
-    }
-}
-
 /// How each request to a target is made, beyond its prompt.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestOptions {
@@ -216,6 +164,7 @@ pub struct Spec<'a> {
     pub messages: Option<&'a Value>,
     pub max_tokens: usize,
     pub seed: u64,
+    pub options: RequestOptions,
 }
 
 /// Why the headers to send could not be made.
@@ -343,7 +292,7 @@ async fn fetch_json(request: reqwest::RequestBuilder, url: &str, limit: Duration
 /// error: measuring it would only time out, request after request.
 pub async fn metadata(
     client: &reqwest::Client,
-    target: &Target,
+    target: &Runtime,
     timeouts: &Timeouts,
 ) -> Result<(Value, Value), FetchError> {
     let limit = timeouts.total;
@@ -382,20 +331,20 @@ pub async fn metadata(
     }
 }
 
-fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
+fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
     let messages = spec.messages.cloned().unwrap_or_else(|| json!([{"role": "user", "content": spec.prompt}]));
     let (_, base) = target.replica(spec.index);
     match target.kind {
         Kind::OpenAi => {
             let mut body = json!({"model": target.model, "max_tokens": spec.max_tokens, "stream": true,
                    "stream_options": {"include_usage": true}, "seed": spec.seed, "temperature": 0});
-            if target.options.ignore_eos {
+            if spec.options.ignore_eos {
                 body["ignore_eos"] = json!(true);
             }
-            if target.options.continuous_usage {
+            if spec.options.continuous_usage {
                 body["stream_options"]["continuous_usage_stats"] = json!(true);
             }
-            let path = match target.options.endpoint {
+            let path = match spec.options.endpoint {
                 Endpoint::Chat => {
                     body["messages"] = messages;
                     "/v1/chat/completions"
@@ -419,7 +368,7 @@ fn request_body(target: &Target, spec: &Spec<'_>) -> (String, Value) {
 /// the load's schedule wanted it sent (`None`: now), from which its latencies count.
 pub async fn measure(
     client: &reqwest::Client,
-    target: &Target,
+    target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
     t0: Instant,
@@ -471,7 +420,7 @@ pub async fn measure(
 
 async fn stream_into(
     client: &reqwest::Client,
-    target: &Target,
+    target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
     start: Instant,

@@ -1,8 +1,8 @@
 //! The serving benchmark (seed 001): a strict streaming client against OpenAI- and
-//! Ollama-compatible servers, and the embedded server it measures by default.
+//! Ollama-compatible servers, and the embedded server (the `serve` crate) it measures by default.
 //!
 //! The binary (`main.rs`) runs it; this library holds its parts (the wire-format parsers, the
-//! client that measures, the embedded server) and what the workspace tools know of it, through
+//! client that measures, the load and workloads it sends) and what the workspace tools know of it, through
 //! [`ServingBench`]'s [`Experiment`] implementation: its manifest and artifact types
 //! ([`serving`]), its command line ([`cli`]), its invariants, its reading of the predecessor's
 //! seed and its report section.
@@ -14,16 +14,17 @@ pub mod client;
 pub mod export;
 pub mod load;
 mod report;
-pub mod server;
 pub mod serving;
 pub mod stream;
+pub mod table;
 pub mod workload;
 
 use common::chart::{CompareRow, Section};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{read_as, AnyManifest, Experiment, ExperimentError, Settings};
+use common::experiment::{Experiment, ExperimentError};
 use common::finding::Findings;
+use common::manifest::Invalid;
 use serde_json::Value;
 
 /// The experiment's name.
@@ -33,30 +34,27 @@ pub const EXPERIMENT: &str = "serving-bench";
 pub struct ServingBench;
 
 impl Experiment for ServingBench {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+    const NAME: &'static str = EXPERIMENT;
+    type Parameters = serving::Parameters;
+    type Expectations = Value;
+    type Artifact = serving::ServingArtifact;
+    type Args = cli::Cli;
+
+    /// Without a manifest (external targets alone): the seed's parameters.
+    fn default_parameters(&self) -> Option<serving::Parameters> {
+        Some(cli::seed_parameters())
     }
 
-    fn check_manifest(&self, manifest: &AnyManifest) -> Result<(), ExperimentError> {
-        Ok(read_as::<serving::Parameters>("parameters", &manifest.parameters)?.validate()?)
+    fn validate(&self, parameters: &serving::Parameters) -> Result<(), Invalid> {
+        cli::check_run(parameters).map(|_| ())
     }
 
-    fn schemas(&self) -> Vec<(String, Value)> {
-        common::experiment::schemas_of::<serving::Parameters, Value, serving::ServingArtifact>(EXPERIMENT)
-    }
-
-    fn settings(&self, argv: &[String], manifest_parameters: Option<&Value>) -> Result<Settings, ExperimentError> {
-        common::experiment::settings::<cli::Cli>(argv, manifest_parameters)
-    }
-
-    fn audit(&self, artifact: &Value, _expectations: Option<&Value>, findings: &mut Findings) {
+    fn audit(&self, artifact: &serving::ServingArtifact, _expectations: Option<&Value>, findings: &mut Findings) {
         checks::audit(artifact, findings)
     }
 
-    fn rederive(&self, artifact: &mut Value) {
-        common::experiment::rederive_as(artifact, |a: &mut serving::ServingArtifact| {
-            a.summary = serving::summarize_all(&a.arguments, &a.runtimes, &a.requests);
-        })
+    fn rederive(&self, a: &mut serving::ServingArtifact) {
+        a.summary = serving::summarize_all(&a.arguments, &a.runtimes, &a.requests);
     }
 
     fn recognises(&self, foreign: &Value) -> bool {
@@ -75,7 +73,7 @@ impl Experiment for ServingBench {
         report::compare(a, b)
     }
 
-    fn claim_vocabulary(&self, parameters: &Value) -> Result<Vocabulary, ExperimentError> {
+    fn claim_vocabulary(&self, parameters: &serving::Parameters) -> Vocabulary {
         claims::vocabulary(parameters)
     }
 

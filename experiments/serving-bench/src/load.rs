@@ -9,8 +9,8 @@
 //! the audit recomputes, and the audit redraws the schedule from the seed to check that it was
 //! the one promised.
 
-use crate::client::{measure, Spec, Target, Timeouts};
-use crate::serving::{completed_rate, load_label, Arrival, Arrivals, RequestRecord, MAX_COUNT};
+use crate::client::{measure, RequestOptions, Spec, Timeouts};
+use crate::serving::{completed_rate, load_label, Arrival, Arrivals, RequestRecord, Runtime, MAX_COUNT};
 use crate::workload::Item;
 use common::manifest::Invalid;
 use rand::SeedableRng;
@@ -109,7 +109,8 @@ pub struct GroupRun {
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
     http: &reqwest::Client,
-    target: &Target,
+    target: &Runtime,
+    options: RequestOptions,
     arrivals: &Arrivals,
     load: Load,
     items: &[Item],
@@ -166,6 +167,7 @@ pub async fn run_group(
             messages: None,
             max_tokens: item.max_tokens.unwrap_or(max_tokens),
             seed,
+            options,
         };
         let (http, target, timeouts, slots) = (http.clone(), target.clone(), *timeouts, slots.clone());
         let warmup = index < arrivals.warmup_requests;

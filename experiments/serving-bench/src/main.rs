@@ -3,17 +3,17 @@
 //! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
 
 use anyhow::{bail, Context, Result};
-use common::experiment::{claims_table, claims_to_judge, judge_claims, prepare, ModelArgs};
+use common::experiment::{claims_table, judge_claims, load_model, Model, ModelArgs, Prepared};
 use common::workspace::Workspace;
-use serving_bench::cli::{seed_parameters, BenchArgs, Cli, Command, ServeArgs};
-use serving_bench::client::{self, Spec, Target};
-use serving_bench::load;
-use serving_bench::server::{self, ServerConfig};
+use serve::ServerConfig;
+use serving_bench::cli::{BenchArgs, Cli, Command, ServeArgs, TargetSpec};
+use serving_bench::client::{self, RequestOptions, Spec, Timeouts};
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use serving_bench::workload::{self, Workload};
-use serving_bench::{ServingBench, EXPERIMENT};
+use serving_bench::{load, table, ServingBench};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn main() {
@@ -21,7 +21,7 @@ fn main() {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("a tokio runtime")?;
         match cli.command {
             Some(Command::Serve(args)) => runtime.block_on(serve(args)).map(|()| 0),
-            None => runtime.block_on(bench(cli.bench)),
+            None => runtime.block_on(bench(cli)),
         }
     })
 }
@@ -34,8 +34,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         offline: args.offline,
         dtype: args.dtype,
     };
-    let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &model_args)?;
-    let name = model_name(&prepared.resolved);
+    let model = load_model(&ServingBench, &model_args)?;
+    let name = model_name(&model.resolved);
     let config = ServerConfig {
         policy: args.policy,
         max_active: args.max_active as usize,
@@ -45,7 +45,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections as usize,
         header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
         idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
-        kv_budget: args.kv_budget.map(|b| b.positions(prepared.model.model.block_bytes() / common::kernel::TILE)),
+        kv_budget: args.kv_budget.map(|b| b.positions(model.loaded.model.block_bytes() / common::kernel::TILE)),
         ..ServerConfig::new(name.clone())
     };
     if !args.host.is_loopback() {
@@ -54,7 +54,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             args.host
         );
     }
-    let running = server::spawn((args.host, args.port).into(), prepared.model, config)
+    let running = serve::spawn((args.host, args.port).into(), model.loaded, config)
         .await
         .with_context(|| format!("cannot bind {}:{}; pick another --port", args.host, args.port))?;
     // Listen for Ctrl-C before announcing the address: an interrupt sent as soon as the address
@@ -93,55 +93,107 @@ fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
     })
 }
 
-async fn bench(args: BenchArgs) -> Result<i32> {
-    args.model.check_out()?;
+async fn bench(cli: Cli) -> Result<i32> {
+    let plan = plan(&cli).await?;
+    let measured = run(&plan).await?;
+    let (path, label) = record(plan, measured).await?;
+    print(&cli.bench, &path, label.as_deref())
+}
+
+/// Everything a run fixes before its first request: the model (when the embedded server or a
+/// manifest needs one), the parameters, the targets (the embedded server started, each external
+/// one asked what it serves), the workload, and the claims to judge.
+struct Plan {
+    t0: Instant,
+    prepared: Prepared<ServingBench, Option<Model>>,
+    timeouts: Timeouts,
+    http: reqwest::Client,
+    options: RequestOptions,
+    sent_headers: Vec<String>,
+    embedded: Option<serve::Running>,
+    targets: Vec<Runtime>,
+    versions: BTreeMap<String, serde_json::Value>,
+    model_metadata: BTreeMap<String, serde_json::Value>,
+    workload: Workload,
+}
+
+async fn plan(cli: &Cli) -> Result<Plan> {
+    let args = &cli.bench;
     let t0 = Instant::now();
-    let clock = common::provenance::RunClock::start();
-    let ws = Workspace::discover()?;
     let specs = args.targets().map_err(anyhow::Error::msg)?;
     let embedded = specs.iter().any(|t| t.url.is_none());
-
     // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
-    let (prepared, base, manifest_record) = if embedded || args.model.manifest.is_some() {
-        let prepared = prepare::<Parameters, serde_json::Value>(EXPERIMENT, &args.model)?;
-        let base = prepared.manifest.as_ref().map(|m| m.manifest.parameters.clone()).unwrap_or_else(seed_parameters);
-        let record = prepared.manifest.as_ref().map(|m| m.record.clone());
-        (Some(prepared), base, record)
-    } else {
-        (None, seed_parameters(), None)
-    };
-    let claims = match &prepared {
-        Some(p) => claims_to_judge(&ServingBench, p)?,
-        None => Vec::new(),
-    };
-    let (params, timeouts) = args.parameters(base).map_err(|problem| {
-        let origin = manifest_record.as_ref().map(|m| m.path.clone()).unwrap_or_else(|| "parameters".into());
-        anyhow::anyhow!("{origin}: {problem}")
-    })?;
+    let load = embedded || args.model.manifest.is_some();
+    let prepared = Prepared::prepare_optional(&ServingBench, cli, load)?;
+    let params = &prepared.parameters;
+    let timeouts = serving_bench::cli::check_run(params)?;
     let (headers, sent_headers) =
         client::request_headers(&args.header, &args.record_header, args.api_key_env.as_deref())?;
     let http = client::http_client(&timeouts, headers, params.tls_insecure);
-    let options = client::RequestOptions {
+    let options = RequestOptions {
         endpoint: params.endpoint,
         ignore_eos: params.ignore_eos,
         continuous_usage: params.continuous_usage,
     };
 
-    let mut embedded_server = None;
-    if let (true, Some(prepared)) = (embedded, prepared.as_ref()) {
-        let config = ServerConfig {
-            policy: params.server_policy,
-            max_active: params.server_max_active,
-            chunk_size: params.server_chunk_size,
-            queue: params.server_queue,
-            kv_budget: params.server_kv_budget,
-            ..ServerConfig::new(model_name(&prepared.resolved))
-        };
-        embedded_server = Some(server::spawn(([127, 0, 0, 1], 0).into(), prepared.model.clone(), config).await?);
+    let embedded = match (embedded, &prepared.model) {
+        (true, Some(model)) => {
+            let config = ServerConfig {
+                policy: params.server_policy,
+                max_active: params.server_max_active,
+                chunk_size: params.server_chunk_size,
+                queue: params.server_queue,
+                kv_budget: params.server_kv_budget,
+                ..ServerConfig::new(model_name(&model.resolved))
+            };
+            Some(serve::spawn(([127, 0, 0, 1], 0).into(), model.loaded.clone(), config).await?)
+        }
+        _ => None,
+    };
+    let targets = targets(args, &specs, embedded.as_ref(), prepared.model.as_ref(), &http, &timeouts).await?;
+    let mut versions = BTreeMap::new();
+    let mut model_metadata = BTreeMap::new();
+    for t in &targets {
+        let (version, meta) = client::metadata(&http, t, &timeouts).await.map_err(|e| {
+            anyhow::anyhow!(
+                "target `{}`: {e}; none of its metadata calls was answered, so measuring it would only fail",
+                t.name
+            )
+        })?;
+        versions.insert(t.name.clone(), version);
+        model_metadata.insert(t.name.clone(), meta);
     }
+    let workload = workload(args, &prepared.ws, prepared.model.as_ref(), params)?;
+    check_memory(params, &workload.items, targets.len())?;
+    Ok(Plan {
+        t0,
+        prepared,
+        timeouts,
+        http,
+        options,
+        sent_headers,
+        embedded,
+        targets,
+        versions,
+        model_metadata,
+        workload,
+    })
+}
+
+/// The targets as measured and recorded: the embedded server through each API asked for, each
+/// external server under its kind's name (numbered when there are several) with the model it
+/// serves, and the replicas of one group joined into one target.
+async fn targets(
+    args: &BenchArgs,
+    specs: &[TargetSpec],
+    embedded: Option<&serve::Running>,
+    model: Option<&Model>,
+    http: &reqwest::Client,
+    timeouts: &Timeouts,
+) -> Result<Vec<Runtime>> {
     let external = specs.iter().filter(|t| t.url.is_some() && t.group.is_none()).count();
-    let mut targets: Vec<Target> = Vec::new();
-    for (i, serving_bench::cli::TargetSpec { kind, url, group }) in specs.iter().enumerate() {
+    let mut targets: Vec<Runtime> = Vec::new();
+    for (i, TargetSpec { kind, url, group }) in specs.iter().enumerate() {
         if let (Some(url), Some(group)) = (url, group) {
             // A replica joins its group's target (made by the group's first replica).
             if let Some(t) = targets.iter_mut().find(|t| !t.replicas.is_empty() && &t.name == group) {
@@ -155,19 +207,18 @@ async fn bench(args: BenchArgs) -> Result<i32> {
                 continue;
             }
         }
-        let target = match (url, &embedded_server, &prepared) {
-            (None, Some(running), Some(prepared)) => Target {
+        let target = match (url, embedded, model) {
+            (None, Some(running), Some(model)) => Runtime {
                 name: format!("embedded-{}", kind.name()),
                 kind: *kind,
                 base_url: format!("http://{}", running.addr),
-                model: model_name(&prepared.resolved),
-                options,
+                model: model_name(&model.resolved),
                 replicas: Vec::new(),
             },
             (Some(url), _, _) => {
                 let model = match &args.model_name {
                     Some(m) => m.clone(),
-                    None => client::discover_model(&http, *kind, url, &timeouts)
+                    None => client::discover_model(http, *kind, url, timeouts)
                         .await
                         .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
                 };
@@ -176,11 +227,11 @@ async fn bench(args: BenchArgs) -> Result<i32> {
                     None if external > 1 => (format!("{}-{}", kind.name(), i + 1), Vec::new()),
                     None => (kind.name().to_string(), Vec::new()),
                 };
-                Target { name, kind: *kind, base_url: url.clone(), model, options, replicas }
+                Runtime { name, kind: *kind, base_url: url.clone(), model, replicas }
             }
             _ => unreachable!("an embedded target starts the embedded server"),
         };
-        if targets.iter().any(|t: &Target| t.name == target.name) {
+        if targets.iter().any(|t| t.name == target.name) {
             bail!(
                 "--target {}: measured twice; give each target once",
                 args.target.get(i).map(String::as_str).unwrap_or("")
@@ -188,33 +239,24 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         }
         targets.push(target);
     }
+    Ok(targets)
+}
 
-    let mut versions = BTreeMap::new();
-    let mut model_metadata = BTreeMap::new();
-    for t in &targets {
-        let (version, meta) = client::metadata(&http, t, &timeouts).await.map_err(|e| {
-            anyhow::anyhow!(
-                "target `{}`: {e}; none of its metadata calls was answered, so measuring it would only fail",
-                t.name
-            )
-        })?;
-        versions.insert(t.name.clone(), version);
-        model_metadata.insert(t.name.clone(), meta);
-    }
-
+/// The prompts to send: a JSONL file, ShareGPT conversations, synthetic lengths, or the seed's.
+fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Parameters) -> Result<Workload> {
     let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
         (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
         (None, Some(path), _) => {
             // The replies' lengths are counted with the target model's tokenizer where there is one.
-            let dir = args.tokenizer.clone().or_else(|| prepared.as_ref().map(|p| p.resolved.dir.clone()));
+            let dir = args.tokenizer.clone().or_else(|| model.map(|m| m.resolved.dir.clone()));
             let shown = dir.as_ref().map(|d| ws.display_path(d));
             let tokenizer = dir.as_deref().zip(shown.as_deref());
             Workload::sharegpt(path, &ws.display_path(path), tokenizer)?
         }
         (None, None, Some(input)) => {
-            let dir = match (&args.tokenizer, &prepared) {
+            let dir = match (&args.tokenizer, model) {
                 (Some(dir), _) => dir.clone(),
-                (None, Some(p)) => p.resolved.dir.clone(),
+                (None, Some(m)) => m.resolved.dir.clone(),
                 (None, None) => {
                     bail!("--input-tokens: give --tokenizer DIR (the target model's tokenizer) or --manifest")
                 }
@@ -230,8 +272,21 @@ async fn bench(args: BenchArgs) -> Result<i32> {
     if params.endpoint == serving::Endpoint::Completions && workload.items.iter().any(|i| i.messages.is_some()) {
         bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");
     }
-    let items = &workload.items;
-    check_memory(&params, items, targets.len())?;
+    Ok(workload)
+}
+
+/// What a run measured: every request's record, and whether each open-loop pacer ran at
+/// real-time priority.
+struct Measured {
+    records: Vec<RequestRecord>,
+    realtime_pacers: Vec<bool>,
+}
+
+/// Warm-ups, then the open loop's groups or the closed rounds, every target in turn.
+async fn run(plan: &Plan) -> Result<Measured> {
+    let Plan { targets, http, timeouts, t0, options, .. } = plan;
+    let (t0, options, params) = (*t0, *options, &plan.prepared.parameters);
+    let items = &plan.workload.items;
     // The `n`-th request's spec: the workload's items in turn.
     let spec_of = |n: usize, concurrency: usize, round: usize, index: usize| {
         let item = &items[n % items.len()];
@@ -244,6 +299,7 @@ async fn bench(args: BenchArgs) -> Result<i32> {
             messages: item.messages.as_ref(),
             max_tokens: item.max_tokens.unwrap_or(params.max_tokens),
             seed: params.seed,
+            options,
         }
     };
     let per_target = match &params.arrivals {
@@ -265,11 +321,11 @@ async fn bench(args: BenchArgs) -> Result<i32> {
             .progress_chars("=> "),
     );
     let mut records: Vec<RequestRecord> = Vec::new();
-    for target in &targets {
+    for target in targets {
         bar.set_message(format!("{} warmup", target.name));
         for w in 0..params.warmups {
             let spec = spec_of(w, 1, 0, w);
-            client::measure(&http, target, &spec, &timeouts, t0, None).await;
+            client::measure(http, target, &spec, timeouts, t0, None).await;
             bar.inc(1);
         }
     }
@@ -287,14 +343,15 @@ async fn bench(args: BenchArgs) -> Result<i32> {
                 let Some(group_load) = *group_load else { continue };
                 bar.set_message(format!("{} {}", target.name, group_load.label()));
                 let group = load::run_group(
-                    &http,
+                    http,
                     target,
+                    options,
                     arrivals,
                     group_load,
                     items,
                     params.max_tokens,
                     params.seed,
-                    &timeouts,
+                    timeouts,
                     t0,
                     &bar,
                 )
@@ -325,11 +382,11 @@ async fn bench(args: BenchArgs) -> Result<i32> {
     // whether two servers or one server's scaling from one level to the next.
     for round in 0..rounds {
         for &c in &params.concurrency {
-            for target in &targets {
+            for target in targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
                 let specs: Vec<Spec> = (0..c).map(|i| spec_of(round * c + i, c, round, i)).collect();
                 let batch = futures_util::future::join_all(
-                    specs.iter().map(|s| client::measure(&http, target, s, &timeouts, t0, None)),
+                    specs.iter().map(|s| client::measure(http, target, s, timeouts, t0, None)),
                 )
                 .await;
                 bar.inc(batch.len() as u64);
@@ -338,8 +395,17 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         }
     }
     bar.finish_and_clear();
+    Ok(Measured { records, realtime_pacers })
+}
+
+/// Stops the embedded server (keeping what its KV pool did), then writes the artifact: the
+/// records, their summary, provenance, and the claims judged; returns its path, and the
+/// manifest's label for the claims table.
+async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<String>)> {
+    let Plan { prepared, targets, versions, model_metadata, workload, sent_headers, .. } = plan;
+    let Measured { records, realtime_pacers } = measured;
     let mut embedded_kv = None;
-    if let Some(s) = embedded_server {
+    if let Some(s) = plan.embedded {
         let kv = &s.kv;
         let preemptions = s.engine.preemptions.load(std::sync::atomic::Ordering::SeqCst);
         embedded_kv = Some(serving::EmbeddedKv {
@@ -349,46 +415,20 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         });
         s.stop().await;
     }
-
-    let runtimes: Vec<Runtime> = targets
-        .iter()
-        .map(|t| Runtime {
-            name: t.name.clone(),
-            kind: t.kind.name().into(),
-            base_url: t.base_url.clone(),
-            model: t.model.clone(),
-            replicas: t.replicas.clone(),
-        })
-        .collect();
-    let facts = common::build_facts!();
-    let requested = args.requested();
-    let provenance = common::provenance::collect(
-        &ws,
-        common::provenance::RunFacts {
-            experiment: EXPERIMENT,
-            clock: clock.clone(),
-            facts,
-            requested,
-            effective: serde_json::to_value(&params)?,
-            model: prepared.as_ref().map(|p| &p.resolved),
-            weights: args.model.dtype,
-            manifest: manifest_record,
-            threads: common::engine_threads(),
-            argv: args.recorded_argv(std::env::args()),
-        },
-    );
-    let provenance_effective = provenance.settings.effective.clone();
+    let items = &workload.items;
+    let params = prepared.parameters.clone();
+    let provenance = prepared.provenance(common::build_facts!())?;
     let mut artifact = ServingArtifact {
-        run_id: clock.run_id.clone(),
-        created_at: clock.started_at.clone(),
+        run_id: prepared.clock.run_id.clone(),
+        created_at: prepared.clock.started_at.clone(),
         host: serving::ClientHost {
             platform: format!("{} {} {}", provenance.host.os, provenance.host.kernel, provenance.host.arch),
             machine: provenance.host.arch.clone(),
             rust: provenance.build.rustc.clone(),
         },
-        summary: serving::summarize_all(&params, &runtimes, &records),
+        summary: serving::summarize_all(&params, &targets, &records),
         arguments: params,
-        runtimes,
+        runtimes: targets,
         versions,
         model_metadata,
         // The prompts sent, by name (a large file's unsent items are in its digest only).
@@ -412,31 +452,32 @@ async fn bench(args: BenchArgs) -> Result<i32> {
         embedded_kv,
         provenance,
     };
-    artifact.claims = judge_claims(&ServingBench, &claims, &artifact)?;
-    let path = match (&args.model.out, &prepared) {
-        (Some(out), _) => out.clone(),
-        (None, Some(p)) => p.artifact_path(None, Some(&provenance_effective)),
-        (None, None) => common::artifact::default_path(&ws.artifacts_dir(), EXPERIMENT, "external", &clock.run_id),
-    };
-    common::artifact::write_new(&path, &artifact)?;
-    // Exports and tables come from the artifact as written: redacted, so that no export or
-    // printed line holds what the artifact may not.
-    let artifact: ServingArtifact = common::artifact::read_artifact(&path)?;
+    artifact.claims = judge_claims(&ServingBench, &prepared.claims, &artifact)?;
+    let path = prepared.write(&artifact)?;
+    Ok((path, prepared.manifest.as_ref().map(|_| prepared.manifest_label())))
+}
+
+/// Exports, the tables, the claims and the artifact's path, all from the artifact as written
+/// (redacted, so that no export or printed line holds what the artifact may not); exits 1 when a
+/// group measured nothing, unless allowed.
+fn print(args: &BenchArgs, path: &Path, label: Option<&str>) -> Result<i32> {
+    let ws = Workspace::discover()?;
+    let artifact: ServingArtifact = common::artifact::read_artifact(path)?;
     for format in &args.export {
-        for file in serving_bench::export::write(&artifact, &path, *format)? {
+        for file in serving_bench::export::write(&artifact, path, *format)? {
             println!("export: {}", ws.display_path(&file));
         }
     }
-    print_table(&artifact);
+    print!("{}", table::summary(&artifact));
     for note in serving::backlog_notes(&artifact.requests) {
         println!("note: {note}");
     }
-    print_comparison(&artifact);
-    if let (false, Some(p)) = (artifact.claims.is_empty(), &prepared) {
-        let rows: Vec<_> = artifact.claims.iter().map(|c| (p.manifest_label(), c)).collect();
+    print!("{}", table::comparison(&artifact));
+    if let (false, Some(label)) = (artifact.claims.is_empty(), label) {
+        let rows: Vec<_> = artifact.claims.iter().map(|c| (label.to_string(), c)).collect();
         print!("\n{}", claims_table(&rows));
     }
-    println!("artifact: {}", ws.display_path(&path));
+    println!("artifact: {}", ws.display_path(path));
     let failed = serving::failed_groups(&artifact.requests);
     if failed.is_empty() || args.allow_failed_groups {
         return Ok(0);
@@ -475,164 +516,4 @@ fn check_memory(params: &Parameters, items: &[workload::Item], targets: usize) -
     };
     common::budget::fits(field, count, each, 0, common::budget::available_bytes())?;
     Ok(())
-}
-
-fn print_table(a: &ServingArtifact) {
-    let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
-        row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
-    };
-    let open = a.arguments.arrivals.is_some();
-    // Send lateness, and in brackets the client's own part (without waits for a slot).
-    let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
-    let slo = !a.arguments.slo.is_empty();
-    println!(
-        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
-        "runtime",
-        group,
-        "ok",
-        "fail",
-        "ttft p50",
-        "ttft p95",
-        "total p50",
-        "decode t/s",
-        "aggr t/s",
-        late,
-        if slo { "SLO met" } else { "" },
-        if slo && open { "goodput/s" } else { "" }
-    );
-    for row in &a.summary {
-        let lateness = if open {
-            format!("{} ({})ms", f(row, "send_lateness_s_p99", 1000.0), f(row, "client_lateness_s_p99", 1000.0))
-        } else {
-            String::new()
-        };
-        let group = load_cell(row, open);
-        let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
-        let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
-        println!(
-            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
-            row["runtime"].as_str().unwrap_or_default(),
-            group,
-            row["successes"].to_string(),
-            row["failures"].to_string(),
-            f(row, "ttft_s_p50", 1000.0),
-            f(row, "ttft_s_p95", 1000.0),
-            f(row, "total_s_p50", 1000.0),
-            f(row, "decode_tps_mean", 1.0),
-            f(row, "aggregate_output_tps_mean", 1.0),
-            lateness,
-            met,
-            goodput,
-        );
-    }
-}
-
-/// A summary row's load as the tables show it: the closed rounds' concurrency, else the open
-/// loop's rate (`sync`: one at a time; `inf`: as fast as the cap allows).
-fn load_cell(row: &BTreeMap<String, serde_json::Value>, open: bool) -> String {
-    match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
-        (false, _) => row["concurrency"].to_string(),
-        (true, Some(rate)) => format!("{rate:.2}"),
-        (true, None) if row["concurrency"] == 1 => "sync".into(),
-        (true, None) => "inf".into(),
-    }
-}
-
-/// Median and range of `values`, as "median (min-max)".
-fn spread(values: &[f64]) -> String {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f64::total_cmp);
-    match (common::stats::percentile_sorted(&sorted, 50.0), sorted.first(), sorted.last()) {
-        (Some(m), Some(lo), Some(hi)) => format!("{m:.3} ({lo:.3}-{hi:.3})"),
-        _ => "-".into(),
-    }
-}
-
-/// Paired ratios, round by round (targets and levels took turns, so each round's pair ran side
-/// by side): every target's aggregate tokens/s and TTFT median against the first target's at
-/// each concurrency, and each target's aggregate tokens/s at its highest concurrency over its
-/// lowest.
-fn print_comparison(a: &ServingArtifact) {
-    if a.arguments.arrivals.is_some() {
-        return print_open_comparison(a); // an open loop has no rounds to pair
-    }
-    // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
-    let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
-    for r in &a.requests {
-        rounds.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r);
-    }
-    let aggregate =
-        |t: &str, c: usize, round: usize| rounds.get(&(t, c, round)).and_then(|rs| serving::aggregate_tps(rs));
-    let ttft = |t: &str, c: usize, round: usize| {
-        let mut v: Vec<f64> = rounds.get(&(t, c, round))?.iter().filter_map(|r| r.ttft()).collect();
-        v.sort_by(f64::total_cmp);
-        common::stats::percentile_sorted(&v, 50.0)
-    };
-    let pairs = |f: &dyn Fn(usize) -> Option<(f64, f64)>| -> Vec<f64> {
-        (0..a.arguments.rounds).filter_map(f).filter(|(_, b)| *b > 0.0).map(|(x, b)| x / b).collect()
-    };
-    let Some(first) = a.runtimes.first() else { return };
-    let levels = &a.arguments.concurrency;
-    let others = &a.runtimes[1..];
-    if !others.is_empty() {
-        println!("\nper-round ratios against {} (median (min-max) over {} rounds)", first.name, a.arguments.rounds);
-        for t in others {
-            for &c in levels {
-                let tps = pairs(&|r| Some((aggregate(&t.name, c, r)?, aggregate(&first.name, c, r)?)));
-                let first_token = pairs(&|r| Some((ttft(&t.name, c, r)?, ttft(&first.name, c, r)?)));
-                println!(
-                    "  {:<18} concurrency {c:<3} aggregate tokens/s {}x, TTFT median {}x",
-                    t.name,
-                    spread(&tps),
-                    spread(&first_token)
-                );
-            }
-        }
-    }
-    if let (Some(&low), Some(&high)) = (levels.iter().min(), levels.iter().max()) {
-        if high > low {
-            println!("\naggregate tokens/s at concurrency {high} over {low}, round by round");
-            for t in &a.runtimes {
-                let scaling = pairs(&|r| Some((aggregate(&t.name, high, r)?, aggregate(&t.name, low, r)?)));
-                println!("  {:<18} {}x", t.name, spread(&scaling));
-            }
-        }
-    }
-}
-
-/// An open loop's groups beside the first target's group under the same load (rate and cap):
-/// each figure over the first target's. A sweep's rates are each target's own (found from its
-/// own saturation), so there only the synchronous and throughput groups pair; its curves in the
-/// report compare the rest.
-fn print_open_comparison(a: &ServingArtifact) {
-    let Some(first) = a.runtimes.first().filter(|_| a.runtimes.len() > 1) else { return };
-    let load =
-        |row: &BTreeMap<String, serde_json::Value>| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
-    let runtime = |row: &BTreeMap<String, serde_json::Value>| {
-        row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string()
-    };
-    let mut columns =
-        vec![("ttft_s_p99", "TTFT p99"), ("total_s_p50", "total p50"), ("aggregate_output_tps_mean", "output tok/s")];
-    if !a.arguments.slo.is_empty() {
-        columns.push(("goodput_rps", "goodput"));
-    }
-    let mut lines = Vec::new();
-    for row in a.summary.iter().filter(|r| runtime(r) != first.name) {
-        let Some(base) = a.summary.iter().find(|b| runtime(b) == first.name && load(b) == load(row)) else { continue };
-        let ratios: Vec<String> = columns
-            .iter()
-            .map(|(key, name)| {
-                let value = |r: &BTreeMap<String, serde_json::Value>| r.get(*key).and_then(serde_json::Value::as_f64);
-                match (value(row), value(base)) {
-                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {:.2}x", x / b),
-                    _ => format!("{name} -"),
-                }
-            })
-            .collect();
-        lines.push(format!("  {:<18} {:>8}  {}", runtime(row), load_cell(row, true), ratios.join(", ")));
-    }
-    if !lines.is_empty() {
-        println!("\neach target over {} under the same load", first.name);
-        println!("{}", lines.join("\n"));
-    }
 }

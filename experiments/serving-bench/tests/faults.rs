@@ -5,8 +5,8 @@
 
 mod support;
 
-use serving_bench::client::{http_client, measure, request_headers, Kind, RequestOptions, Spec, Target, Timeouts};
-use serving_bench::serving::{Endpoint, ErrorClass, RequestRecord};
+use serving_bench::client::{http_client, measure, request_headers, RequestOptions, Spec, Timeouts};
+use serving_bench::serving::{Endpoint, ErrorClass, Kind, RequestRecord, Runtime};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -97,13 +97,21 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
     run_with(&http_client(&t, Default::default(), false), target(kind, base, Default::default()), t).await
 }
 
+/// A scripted server as a target, and how requests to it are made.
+type Target = (Runtime, RequestOptions);
+
 /// One request for "hi" (at most 3 tokens) to `target` through `http`.
 async fn run_with(http: &reqwest::Client, target: Target, t: Timeouts) -> RequestRecord {
     run_capped(http, target, t, 3).await
 }
 
 /// One request for "hi" with a cap of `max_tokens` to `target` through `http`.
-async fn run_capped(http: &reqwest::Client, target: Target, t: Timeouts, max_tokens: usize) -> RequestRecord {
+async fn run_capped(
+    http: &reqwest::Client,
+    (target, options): Target,
+    t: Timeouts,
+    max_tokens: usize,
+) -> RequestRecord {
     let spec = Spec {
         concurrency: 1,
         round: 0,
@@ -113,12 +121,13 @@ async fn run_capped(http: &reqwest::Client, target: Target, t: Timeouts, max_tok
         messages: None,
         max_tokens,
         seed: 1,
+        options,
     };
     measure(http, &target, &spec, &t, Instant::now(), None).await
 }
 
 fn target(kind: Kind, base: String, options: RequestOptions) -> Target {
-    Target { name: "scripted".into(), kind, base_url: base, model: "m".into(), options, replicas: Vec::new() }
+    (Runtime { name: "scripted".into(), kind, base_url: base, model: "m".into(), replicas: Vec::new() }, options)
 }
 
 fn w(s: &str) -> Step {
@@ -163,7 +172,7 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
     let r = run(Kind::Ollama, scripted(vec![w(&body)]).await, timeouts()).await;
     assert_eq!(r.error, Some(ErrorClass::EmptyStream), "{:?}", r.error_detail);
     // It is counted among the failures by its class, as the audit recomputes them.
-    let runtimes = [scripted_runtime("ollama")];
+    let runtimes = [scripted_runtime(Kind::Ollama)];
     let summary = serving_bench::serving::summarize_all(
         &serving_bench::cli::seed_parameters(),
         &runtimes,
@@ -248,7 +257,7 @@ async fn usage_that_contradicts_the_request_is_a_failure_of_its_own_and_enters_n
     let r = run_with(&http_client(&t, Default::default(), false), target, t).await;
     assert_eq!(r.error, Some(ErrorClass::InconsistentUsage), "{:?}", r.error_detail);
     // In the summary it is a failure by its class, and no token of it is throughput.
-    let runtimes = [scripted_runtime("openai")];
+    let runtimes = [scripted_runtime(Kind::OpenAi)];
     let row = &serving_bench::serving::summarize_all(&serving_bench::cli::seed_parameters(), &runtimes, &[r])[0];
     assert_eq!(row["failures_by_class"]["inconsistent_usage"], 1, "{row:?}");
     assert_eq!(row["successes"], 0);
@@ -281,7 +290,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
     assert_eq!((gaps[0], gaps[2]), (r.chunk_gaps_s[0] / 2.0, r.chunk_gaps_s[1]));
     assert!(String::from_utf8(seen.await.unwrap()).unwrap().contains("\"continuous_usage_stats\":true"));
     // Without a count on every chunk the record keeps none, and inter-token latency is per chunk.
-    let runtimes = [scripted_runtime("openai")];
+    let runtimes = [scripted_runtime(Kind::OpenAi)];
     let row = &serving_bench::serving::summarize_all(
         &serving_bench::cli::seed_parameters(),
         &runtimes,
@@ -445,12 +454,6 @@ async fn ollama_stream_in_one_byte_reads_keeps_counters() {
 }
 
 /// The runtime a scripted server's records are summarized under.
-fn scripted_runtime(kind: &str) -> serving_bench::serving::Runtime {
-    serving_bench::serving::Runtime {
-        name: "scripted".into(),
-        kind: kind.into(),
-        base_url: String::new(),
-        model: "m".into(),
-        replicas: Vec::new(),
-    }
+fn scripted_runtime(kind: Kind) -> Runtime {
+    Runtime { name: "scripted".into(), kind, base_url: String::new(), model: "m".into(), replicas: Vec::new() }
 }

@@ -214,14 +214,7 @@ impl Tile<'_> {
     /// a key or value row then feeds four vectors' multiply-adds, which keeps the loads from
     /// bounding the multiplies. A vector's bits do not depend on its company.
     #[inline(always)]
-    fn sweep(
-        &self,
-        q: &[f32],
-        vectors: std::ops::Range<usize>,
-        seen: usize,
-        running: &mut [Running],
-        out: &mut [f32],
-    ) {
+    fn sweep(&self, q: &[f32], vectors: std::ops::Range<usize>, seen: usize, running: &mut [Running], out: &mut [f32]) {
         let mut v = vectors.start;
         while v + 4 <= vectors.end {
             self.step::<4>(q, v, seen, running, out);

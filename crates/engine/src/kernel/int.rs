@@ -4,7 +4,7 @@
 use super::dispatch::{compiled_for_vectors, cpu};
 #[cfg(target_arch = "x86_64")]
 use super::x86 as simd;
-use super::{on_cache_lines, BLOCK};
+use super::{int_dot, on_cache_lines, BLOCK};
 use rayon::prelude::*;
 
 /// `yt[j][r] = Σ_i q[j][i] · p[r][i]` in 32-bit integers, exact: `q` is `out × k` eight-bit
@@ -52,7 +52,3 @@ pub(super) fn int_block_with(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
     }
 }
 
-#[inline(always)]
-pub(super) fn int_dot(q: &[i8], p: &[i16]) -> i32 {
-    q.iter().zip(p).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum()
-}

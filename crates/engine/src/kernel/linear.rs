@@ -4,7 +4,7 @@
 use super::dispatch::cpu;
 #[cfg(target_arch = "x86_64")]
 use super::x86 as simd;
-use super::{on_cache_lines, BLOCK};
+use super::{on_cache_lines, Outputs, BLOCK};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -197,23 +197,6 @@ pub(super) fn in_panels<W: Weight>(w: &[W], k: usize, x: &[f32], rows: usize) ->
         unsafe { panel(w, x, rows, outputs.at(p * PANEL), out) }
     });
     y
-}
-
-/// A product's output buffer, shared by tasks that write disjoint values of it ([`in_panels`]).
-#[derive(Clone, Copy)]
-pub(super) struct Outputs(pub(super) *mut f32);
-
-// SAFETY: only moved between the threads of one parallel region, while the buffer lives, by
-// tasks that write disjoint values.
-unsafe impl Send for Outputs {}
-unsafe impl Sync for Outputs {}
-
-impl Outputs {
-    /// The value at `offset`. (A method, so that a closure captures the whole `Outputs`, not its
-    /// pointer alone, which is neither `Send` nor `Sync`.)
-    pub(super) fn at(self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
 }
 
 /// One panel's products: `y[r][j] = w[j] · x[r]` for the panel's rows `j` (as [`Layout`] stores

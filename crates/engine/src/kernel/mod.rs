@@ -83,3 +83,28 @@ fn on_cache_lines<T: Copy + Default, R>(x: &[T], work: impl FnOnce(&[T]) -> R) -
 pub(crate) fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| work())
 }
+
+/// A product's output buffer, shared by tasks that write disjoint values of it (the weight
+/// products of `linear` and `paired`, which both write through it).
+#[derive(Clone, Copy)]
+struct Outputs(*mut f32);
+
+// SAFETY: only moved between the threads of one parallel region, while the buffer lives, by
+// tasks that write disjoint values.
+unsafe impl Send for Outputs {}
+unsafe impl Sync for Outputs {}
+
+impl Outputs {
+    /// The value at `offset`. (A method, so that a closure captures the whole `Outputs`, not its
+    /// pointer alone, which is neither `Send` nor `Sync`.)
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// The exact integer dot product of eight-bit weights and sixteen-bit activations, in plain
+/// loops: `int`'s portable path, and the tail past the last whole vector of its VNNI path.
+#[inline(always)]
+fn int_dot(q: &[i8], p: &[i16]) -> i32 {
+    q.iter().zip(p).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum()
+}

@@ -18,7 +18,7 @@
 //! bits are the same alone, in any batch and in any chunk.
 
 use super::dispatch::{compiled_for_vectors, cpu};
-use super::linear::Outputs;
+use super::Outputs;
 use super::PANEL;
 use half::bf16;
 use rayon::prelude::*;

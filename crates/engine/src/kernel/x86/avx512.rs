@@ -188,7 +188,7 @@ unsafe fn pairs_group<const G: usize>(w: *const bf16, pairs: usize, x: *const u3
     }
 }
 
-/// [`super::super::int`]'s `int_block` with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
+/// `kernel::int`'s `int_block` with AVX-512 VNNI: each 32 weights are widened to sixteen bits once
 /// and feed every activation row of a group of four.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(in super::super) unsafe fn int_block_vnni(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
@@ -226,7 +226,7 @@ unsafe fn int_dots<const R: usize>(q: &[i8], p: &[i16], k: usize, first: usize) 
     let mut out = [0i32; R];
     for r in 0..R {
         let tail = &p[(first + r) * k + whole..(first + r + 1) * k];
-        out[r] = _mm512_reduce_add_epi32(acc[r]) + super::super::int::int_dot(&q[whole..], tail);
+        out[r] = _mm512_reduce_add_epi32(acc[r]) + super::super::int_dot(&q[whole..], tail);
     }
     out
 }

@@ -1,7 +1,7 @@
 //! `new-experiment NAME`: scaffold an experiment crate under `experiments/` (a library with its
 //! `Experiment` implementation and a thin binary) wired to `common`, plus a manifest on the `tiny`
-//! generated model, and register it: one line in `crates/tools/src/registry.rs` and its crate in
-//! `crates/tools/Cargo.toml`. It builds, runs, audits and reports as it is.
+//! generated model, and register it: one line in `tools/src/registry.rs` and its crate in
+//! `tools/Cargo.toml`. It builds, runs, audits and reports as it is.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -18,8 +18,8 @@ struct Cli {
 /// against the folders under `crates/` and `experiments/`).
 const TAKEN: [&str; 5] = ["audit", "models", "new-experiment", "reproduce", "report"];
 
-const REGISTRY: &str = "crates/tools/src/registry.rs";
-const TOOLS_MANIFEST: &str = "crates/tools/Cargo.toml";
+const REGISTRY: &str = "tools/src/registry.rs";
+const TOOLS_MANIFEST: &str = "tools/Cargo.toml";
 
 const FILES: [(&str, &str); 5] = [
     ("experiments/__NAME__/Cargo.toml", include_str!("../../templates/experiment/Cargo.toml.tmpl")),
@@ -30,10 +30,7 @@ const FILES: [(&str, &str); 5] = [
 ];
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    tools::main(run)
 }
 
 /// Rust's keywords, strict and reserved, in every edition: none can name a module (the crate's
@@ -165,7 +162,7 @@ fn run(cli: Cli) -> Result<()> {
     let tools_path = ws.root.join(TOOLS_MANIFEST);
     let tools = std::fs::read_to_string(&tools_path).with_context(|| format!("reading {TOOLS_MANIFEST}"))?;
     let tools =
-        register(&tools, "\n\n[dev-dependencies]", &format!("{name} = {{ path = \"../../experiments/{name}\" }}\n"))
+        register(&tools, "\n\n[dev-dependencies]", &format!("{name} = {{ path = \"../experiments/{name}\" }}\n"))
             .with_context(|| {
                 format!("{TOOLS_MANIFEST} has no [dev-dependencies] section after its experiments; restore it from git")
             })?;

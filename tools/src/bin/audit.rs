@@ -31,13 +31,7 @@ struct Cli {
 }
 
 fn main() {
-    match run(Cli::parse()) {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::exit(2);
-        }
-    }
+    tools::main(run)
 }
 
 fn run(cli: Cli) -> Result<i32> {
@@ -97,7 +91,7 @@ fn run(cli: Cli) -> Result<i32> {
     }
     let wrong = reports.iter().any(|r| r.verdict == Verdict::Wrong);
     let stale = reports.iter().any(|r| r.verdict == Verdict::Stale);
-    Ok(if wrong || (stale && !cli.allow_stale) { 1 } else { 0 })
+    Ok(if wrong || (stale && !cli.allow_stale) { tools::CHECK_FAILED } else { 0 })
 }
 
 fn print_table(reports: &[Report], missing: &[String]) {

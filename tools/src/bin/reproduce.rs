@@ -41,14 +41,7 @@ enum Outcome {
 }
 
 fn main() {
-    common::init_tracing();
-    match run(Cli::parse()) {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::exit(1);
-        }
-    }
+    tools::main(run)
 }
 
 fn run(cli: Cli) -> Result<i32> {
@@ -118,7 +111,7 @@ fn run(cli: Cli) -> Result<i32> {
         );
     }
     let claims_fail_run = claims_failed > 0 && !cli.allow_failed_claims;
-    Ok(if failed > 0 || (cli.strict && skipped > 0) || claims_fail_run { 1 } else { 0 })
+    Ok(if failed > 0 || (cli.strict && skipped > 0) || claims_fail_run { tools::CHECK_FAILED } else { 0 })
 }
 
 fn reproduce_one(
@@ -132,7 +125,7 @@ fn reproduce_one(
     let Some(kind) = EXPERIMENTS.iter().find(|e| e.name() == experiment) else {
         let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name()).collect();
         return Outcome::Failed(format!(
-            "`{experiment}` is not a registered experiment ({}); add it to crates/tools/src/registry.rs",
+            "`{experiment}` is not a registered experiment ({}); add it to tools/src/registry.rs",
             names.join(", ")
         ));
     };

@@ -22,10 +22,7 @@ struct Cli {
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    tools::main(run)
 }
 
 /// The newest artifact of each kind in each folder holding artifacts (one per experiment and

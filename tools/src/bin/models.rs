@@ -54,11 +54,7 @@ enum Command {
 }
 
 fn main() {
-    common::init_tracing();
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    tools::main(run)
 }
 
 fn run(cli: Cli) -> Result<()> {

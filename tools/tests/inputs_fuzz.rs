@@ -143,7 +143,8 @@ fn before_the_run(experiment: &str, argv: &[String], parameters: &Value) -> Resu
         cli.bench.targets()?;
         let base: serving_bench::serving::Parameters =
             serde_json::from_value(parameters.clone()).map_err(|e| e.to_string())?;
-        cli.bench.parameters(base).map_err(|e| e.to_string())?;
+        use common::experiment::CommandLine;
+        serving_bench::cli::check_run(&cli.effective(&base)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -3,6 +3,9 @@
 //! `/api/version`, `/api/show`, `/api/tags`) over the project's engine, streaming each token
 //! when the engine makes it.
 //!
+//! A crate of its own above `common`, so that any experiment may serve the engine over HTTP and
+//! measure it there; `serving-bench` is the first (its `serve` subcommand and embedded target).
+//!
 //! - `engine`: one thread owns all computation and runs the stepping loop the scheduler study
 //!   uses, under a policy (continuous batching by default); requests that arrive mid-flight join
 //!   the running batch.

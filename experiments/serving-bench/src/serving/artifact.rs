@@ -1,0 +1,92 @@
+//! The artifact a run writes: the seed's fields, every request, provenance; and the definitions
+//! and defaults it records.
+
+use super::params::Parameters;
+use super::record::{RequestRecord, Runtime, WorkloadRecord};
+use common::provenance::Provenance;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The machine of the client (the seed's `host`; provenance has the details).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientHost {
+    pub platform: String,
+    pub machine: String,
+    pub rust: String,
+}
+
+/// The serving-benchmark artifact: the seed's fields plus every request and provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServingArtifact {
+    pub run_id: String,
+    pub created_at: String,
+    pub host: ClientHost,
+    pub arguments: Parameters,
+    pub runtimes: Vec<Runtime>,
+    /// Server versions as each reported it.
+    pub versions: BTreeMap<String, serde_json::Value>,
+    /// What each server said about its model.
+    pub model_metadata: BTreeMap<String, serde_json::Value>,
+    pub prompts: BTreeMap<String, String>,
+    pub measurement_notes: BTreeMap<String, String>,
+    pub completed_at: String,
+    pub summary: Vec<BTreeMap<String, serde_json::Value>>,
+    pub requests: Vec<RequestRecord>,
+    /// What was sent: the workload's source, digests and prompt lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRecord>,
+    /// The names of the headers added to every request (`authorization` when an API key was
+    /// sent); never their values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_headers: Vec<String>,
+    /// The manifest's claims, judged on the paired rounds (the audit recomputes them).
+    #[serde(default)]
+    pub claims: Vec<common::evidence::ClaimResult>,
+    /// The embedded server's KV cache, when it served: its budget, the most it held, and how
+    /// often it preempted a request to keep the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedded_kv: Option<EmbeddedKv>,
+    pub provenance: Provenance,
+}
+
+/// What the embedded server's KV pool did over a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedKv {
+    pub budget_bytes: usize,
+    pub peak_bytes: usize,
+    pub preemptions: usize,
+}
+
+/// The seed's prompts: the defaults.
+pub fn default_prompts() -> BTreeMap<String, String> {
+    [
+        ("short", "In exactly four concise bullet points, explain why database transactions are useful. Do not use a heading."),
+        ("medium", "You are reviewing a Laravel service that transfers money between two accounts. Explain the failure modes involving concurrency, partial writes, retries, and audit logs. Then provide a robust implementation plan. Keep the response technical and concise."),
+        ("code", "Write a Python 3.12 function named merge_intervals that accepts a list of integer pairs, validates each pair, merges overlapping or adjacent intervals, and returns sorted tuples. Include type hints, a short docstring, and five assert-based examples. Output only code."),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The definitions, as recorded in every artifact.
+pub fn measurement_notes() -> BTreeMap<String, String> {
+    [
+        ("ttft", "Client wall time from request start until the first chunk with non-empty generated text (role-only and usage-only chunks do not count)."),
+        ("total", "Client wall time from request start until the end of the stream."),
+        ("decode_tps", "Ollama's eval_count / eval_duration when the server gives them; otherwise output tokens / (total - ttft)."),
+        ("tpot", "(total - ttft) / (output tokens - 1)."),
+        ("request_tps", "Output tokens / total."),
+        ("aggregate_output_tps", "Per round: successful output tokens of the concurrency group / the round's wall time (first request start to last end)."),
+        ("output_tokens", "Server usage.completion_tokens, else Ollama eval_count, else the number of chunks with generated text; each summary lists the sources used."),
+        ("send_lateness", "Open loops: sent_s - scheduled_s, how late the client sent a request; client_lateness leaves out any wait for a slot under max_concurrency (sent_s - arrival.admitted_s), the part that was the client's own."),
+        ("percentiles", "Linear interpolation between order statistics; every metric carries its sample count _n."),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}

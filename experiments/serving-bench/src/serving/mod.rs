@@ -1,0 +1,29 @@
+//! The serving benchmark (seed 001): per-request records, the metric definitions, and the
+//! per-(target, concurrency) summary with the seed's field names. Shared by the binary, which
+//! measures, and the checks the audit runs through [`crate::ServingBench`], which recomputes
+//! every summary from the records.
+//!
+//! Metric definitions (every artifact records them, [`measurement_notes`]): `ttft` is request
+//! start to the first chunk with non-empty generated text; `total` is request start to end of stream; `decode_tps` is Ollama's
+//! `eval_count / eval_duration` when the server gives it, else `output_tokens / (total - ttft)`;
+//! `tpot` is `(total - ttft) / (output_tokens - 1)`; `request_tps` is `output_tokens / total`;
+//! `aggregate_output_tps` is a round's successful output tokens over that round's wall time.
+//! Percentiles interpolate linearly between order statistics.
+//!
+//! One module per job: `record` (what is recorded of a request, a target, a workload), `params`
+//! (the parameters and their checks), `summary` (the arithmetic the audit repeats), `artifact`
+//! (the file a run writes).
+
+mod artifact;
+mod params;
+mod record;
+mod summary;
+
+pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
+pub(crate) use params::MAX_TIMEOUT_S;
+pub use params::{Arrivals, Endpoint, Metric, Parameters, MAX_COUNT, MAX_RATE, MAX_SWEEP, SLO_METRICS};
+pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
+pub use summary::{
+    aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
+    usage_contradiction, Group,
+};

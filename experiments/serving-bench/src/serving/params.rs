@@ -1,0 +1,307 @@
+//! The benchmark's parameters (a manifest's `parameters`, an artifact's `arguments`) and their
+//! checks.
+
+use super::record::RequestRecord;
+use common::manifest::Invalid;
+use common::policy::Policy;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The benchmark's parameters: the manifest's `parameters` and the artifact's `arguments` (the
+/// seed's names where it had them; its single `timeout` is split into four).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parameters {
+    /// Unrecorded requests per target before the measured ones.
+    pub warmups: usize,
+    /// Rounds per concurrency level; a round at concurrency c sends c requests at once.
+    pub rounds: usize,
+    pub concurrency: Vec<usize>,
+    pub max_tokens: usize,
+    pub seed: u64,
+    pub connect_timeout_s: f64,
+    pub first_token_timeout_s: f64,
+    pub idle_timeout_s: f64,
+    pub total_timeout_s: f64,
+    /// The embedded server's concurrent requests and queue length (unused for external targets).
+    pub server_max_active: usize,
+    pub server_queue: usize,
+    /// How the embedded server steps its requests (unused for external targets).
+    #[serde(default = "batched")]
+    pub server_policy: Policy,
+    /// The embedded server's prefill chunk size; for `batched`, its step's token budget. `None`:
+    /// whole prompts in one step.
+    #[serde(default)]
+    pub server_chunk_size: Option<usize>,
+    /// The embedded server's KV budget in positions. `None`: its default (half the memory
+    /// available, at most `server_max_active` whole contexts), which the artifact records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_kv_budget: Option<usize>,
+    /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<Arrivals>,
+    /// OpenAI's endpoint: chat completions (the seed's) or text completions.
+    #[serde(default, skip_serializing_if = "Endpoint::is_chat")]
+    pub endpoint: Endpoint,
+    /// Ask servers to ignore end-of-sequence, so every answer reaches `max_tokens`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_eos: bool,
+    /// Ask OpenAI servers for usage counts with every chunk (`stream_options.continuous_usage_stats`,
+    /// vLLM's), so inter-token latency is per token rather than per chunk.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continuous_usage: bool,
+    /// TLS certificates were not verified (`--insecure`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls_insecure: bool,
+    /// Percentiles reported beside the seed's p50, p95 and p99 (e.g. 90, 99.9).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub percentiles: Vec<f64>,
+    /// Service-level objectives in milliseconds, by metric (`ttft_ms`, `tpot_ms`, `e2e_ms`): a
+    /// request meets them when it succeeded and is within every one; the summary gives the share
+    /// that did and, for an open loop, the goodput (such requests per second).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slo: BTreeMap<String, f64>,
+}
+
+/// How a metric is read from a request (seconds), `None` where it has none.
+pub type Metric = fn(&RequestRecord) -> Option<f64>;
+
+/// The metrics an SLO may bound, with how each is read from a request.
+pub const SLO_METRICS: [(&str, Metric); 3] =
+    [("ttft_ms", RequestRecord::ttft), ("tpot_ms", RequestRecord::tpot), ("e2e_ms", |r| Some(r.total()))];
+
+/// Which OpenAI endpoint requests go to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `/v1/chat/completions`, the prompt as one user message.
+    #[default]
+    Chat,
+    /// `/v1/completions`, the prompt as text.
+    Completions,
+}
+
+impl Endpoint {
+    fn is_chat(&self) -> bool {
+        *self == Endpoint::Chat
+    }
+}
+
+/// An open-loop load: one group per rate, each sent on its own schedule; or a sweep, whose rates
+/// come from measuring the target first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arrivals {
+    /// Requests per second, one group per rate, in order; `null`: unbounded (every request at
+    /// once, or a closed pool under `max_concurrency`). Empty for a sweep.
+    pub rates: Vec<Option<f64>>,
+    /// A sweep of this many groups per target, as guidellm's: one request at a time
+    /// (`synchronous`), then as many at once as `max_concurrency` allows (`rate-inf`), then the
+    /// rest at rates evenly spaced between those two groups' completed request rates
+    /// ([`crate::load::sweep_rates`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<usize>,
+    /// Shape of the gamma distribution of the gaps between arrivals: 1 is Poisson, below 1
+    /// burstier, above 1 more even.
+    pub burstiness: f64,
+    /// At most this many requests in flight; a slot refills as soon as a request ends.
+    pub max_concurrency: Option<usize>,
+    /// Requests per group (warm-up included); a group ends at this count or `duration_s`,
+    /// whichever comes first.
+    pub num_requests: Option<usize>,
+    /// Seconds over which a group's requests are sent.
+    pub duration_s: Option<f64>,
+    /// The first requests of each group, sent and recorded but left out of the summary.
+    pub warmup_requests: usize,
+}
+
+/// The most groups a sweep may have.
+pub const MAX_SWEEP: usize = 100;
+
+/// The fastest rate accepted, requests per second.
+pub const MAX_RATE: f64 = 1e6;
+
+fn batched() -> Policy {
+    Policy::Batched
+}
+
+/// The largest count accepted for rounds, warm-ups, tokens and streams: far beyond any run this
+/// machine can make, and small enough that their products cannot overflow.
+pub const MAX_COUNT: usize = 1 << 20;
+
+/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
+pub(crate) const MAX_TIMEOUT_S: f64 = common::manifest::MAX_WAIT_S;
+
+impl Parameters {
+    /// One line per problem, naming the field.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.rounds == 0 {
+            return Err(Invalid::new("rounds", "0; must be at least 1"));
+        }
+        if self.concurrency.is_empty() || self.concurrency.contains(&0) {
+            return Err(Invalid::new("concurrency", "every level must be at least 1"));
+        }
+        let mut levels = std::collections::BTreeSet::new();
+        if let Some((i, c)) = self.concurrency.iter().enumerate().find(|(_, c)| !levels.insert(**c)) {
+            return Err(Invalid::new(format!("concurrency[{i}]"), format!("level {c} is given twice; give each once")));
+        }
+        for (name, v, max) in [
+            ("rounds", self.rounds, MAX_COUNT),
+            ("warmups", self.warmups, MAX_COUNT),
+            ("max_tokens", self.max_tokens, MAX_COUNT),
+            ("concurrency", self.concurrency.iter().copied().max().unwrap_or(0), MAX_COUNT),
+        ] {
+            if v > max {
+                return Err(Invalid::new(name, format!("{v} is more than {max}; give fewer")));
+            }
+        }
+        if self.max_tokens == 0 {
+            return Err(Invalid::new("max_tokens", "0; must be at least 1"));
+        }
+        for (name, v) in [
+            ("connect_timeout_s", self.connect_timeout_s),
+            ("first_token_timeout_s", self.first_token_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+            ("total_timeout_s", self.total_timeout_s),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
+                return Err(Invalid::new(
+                    name,
+                    format!("{v}; must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"),
+                ));
+            }
+        }
+        if self.server_max_active == 0 {
+            return Err(Invalid::new("server_max_active", "0; must be at least 1"));
+        }
+        if let Some(a) = &self.arrivals {
+            a.validate()?;
+        }
+        if let Some(p) = self.percentiles.iter().find(|p| !(p.is_finite() && **p > 0.0 && **p <= 100.0)) {
+            return Err(Invalid::new("percentiles", format!("{p}: a percentile is above 0 and at most 100")));
+        }
+        for (name, bound) in &self.slo {
+            if !SLO_METRICS.iter().any(|(m, _)| m == name) {
+                let known: Vec<&str> = SLO_METRICS.iter().map(|(m, _)| *m).collect();
+                return Err(Invalid::new(
+                    format!("slo.{name}"),
+                    format!("not a metric with an SLO; known: {}", known.join(", ")),
+                ));
+            }
+            if !(bound.is_finite() && *bound > 0.0 && *bound <= MAX_TIMEOUT_S * 1000.0) {
+                return Err(Invalid::new(format!("slo.{name}"), format!("{bound}: milliseconds above 0")));
+            }
+        }
+        if self.server_chunk_size == Some(0) {
+            return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
+        }
+        if let Some(b) = self.server_kv_budget.filter(|b| *b < common::kernel::TILE || *b > 1 << 40) {
+            return Err(Invalid::new(
+                "server_kv_budget",
+                format!("{b}: must be at least one block of {} positions and at most 2^40", common::kernel::TILE),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Arrivals {
+    fn validate(&self) -> Result<(), Invalid> {
+        match (self.rates.is_empty(), self.sweep) {
+            (true, None) => return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)")),
+            (false, Some(_)) => {
+                return Err(Invalid::new(
+                    "arrivals.sweep",
+                    "a sweep finds its own rates: give rates or a sweep, not both",
+                ))
+            }
+            (true, Some(n)) if !(2..=MAX_SWEEP).contains(&n) => {
+                return Err(Invalid::new("arrivals.sweep", format!("{n}: must be in 2..={MAX_SWEEP} groups")))
+            }
+            (true, Some(_)) if self.max_concurrency == Some(1) => {
+                return Err(Invalid::new(
+                    "arrivals.max_concurrency",
+                    "1 makes a sweep's throughput group its synchronous one: allow more, or none",
+                ))
+            }
+            _ => {}
+        }
+        if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
+            return Err(Invalid::new(
+                "arrivals.rates",
+                format!("{r:?}: a rate is above 0 and at most {MAX_RATE} requests/s"),
+            ));
+        }
+        if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
+            return Err(Invalid::new(
+                "arrivals.burstiness",
+                format!("{:?}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
+            ));
+        }
+        if self.warmup_requests > MAX_COUNT {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                format!("{} is more than {MAX_COUNT}", self.warmup_requests),
+            ));
+        }
+        for (name, v) in
+            [("arrivals.max_concurrency", self.max_concurrency), ("arrivals.num_requests", self.num_requests)]
+        {
+            if v.is_some_and(|v| v == 0 || v > MAX_COUNT) {
+                return Err(Invalid::new(name, format!("{}: must be in 1..={MAX_COUNT}", v.unwrap_or(0))));
+            }
+        }
+        if let Some(d) = self.duration_s {
+            if !(d.is_finite() && d > 0.0 && d <= MAX_TIMEOUT_S) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d}: must be above 0 and at most {MAX_TIMEOUT_S}"),
+                ));
+            }
+        }
+        if let (None, Some(d)) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| **r * d > MAX_COUNT as f64) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d} s at {r} requests/s is more than {MAX_COUNT} requests; give num_requests or a shorter duration"),
+                ));
+            }
+        }
+        // Without a duration to end it, a group at a slow rate sends its last request after
+        // about (n - 1) / rate seconds; past a week no run can keep that schedule.
+        if let (Some(n), None) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| n.saturating_sub(1) as f64 / **r > MAX_TIMEOUT_S) {
+                return Err(Invalid::new(
+                    "arrivals.rates",
+                    format!(
+                        "{r:?} requests/s: {n} requests take about {:.3e} s to send, more than a week; give a higher rate, fewer requests or a duration",
+                        n.saturating_sub(1) as f64 / r
+                    ),
+                ));
+            }
+        }
+        if self.num_requests.is_none() && self.duration_s.is_none() {
+            return Err(Invalid::new(
+                "arrivals",
+                "unbounded; give num_requests (--num-requests) or duration_s (--duration)",
+            ));
+        }
+        if (self.rates.contains(&None) || self.sweep.is_some())
+            && self.max_concurrency.is_none()
+            && self.num_requests.is_none()
+        {
+            return Err(Invalid::new(
+                "arrivals.num_requests",
+                "an unbounded rate without max_concurrency sends every request at once: give their number",
+            ));
+        }
+        if self.num_requests.is_some_and(|n| self.warmup_requests >= n) {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                "must be fewer than num_requests, or nothing is measured",
+            ));
+        }
+        Ok(())
+    }
+}

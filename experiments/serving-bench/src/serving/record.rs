@@ -1,0 +1,293 @@
+//! What the client records of each request, and of the servers and workload it measured, with
+//! the metrics read off one request.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// The TCP connection could not be made (refused, unreachable, connect timeout).
+    Connect,
+    /// The server answered with a non-2xx status.
+    HttpStatus,
+    /// No generated text within the first-token timeout.
+    FirstTokenTimeout,
+    /// A gap between two reads longer than the idle timeout.
+    IdleTimeout,
+    /// The whole request took longer than the total timeout.
+    TotalTimeout,
+    /// The stream ended before its final event.
+    TruncatedStream,
+    /// The stream ended well (its final event arrived) but carried no generated text: nothing to
+    /// time a first token by, so it is no success.
+    EmptyStream,
+    /// The server sent an error object in the stream.
+    ErrorEvent,
+    /// A line or event that is not the JSON the protocol promises.
+    BadJson,
+    /// The server's token counts contradict the request or the stream: more generated tokens
+    /// than `max_tokens` allows, or running counts that go down or past the final one. Such a
+    /// count cannot be trusted, so the request enters no throughput.
+    InconsistentUsage,
+}
+
+impl ErrorClass {
+    /// Its name as artifacts write it (`http_status`, `inconsistent_usage`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    }
+}
+
+/// Where an output token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The OpenAI `usage.completion_tokens` of the server.
+    Usage,
+    /// Ollama's `eval_count`.
+    OllamaCounters,
+    /// The number of chunks with generated text (a lower bound when a chunk holds several tokens).
+    Chunks,
+}
+
+/// One request, as the client saw it. Times are seconds on the client's monotonic clock, from
+/// the start of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRecord {
+    pub runtime: String,
+    pub concurrency: usize,
+    /// 0-based measured round.
+    pub round: usize,
+    /// Position within the round.
+    pub index: usize,
+    /// Which prompt (`short`, `medium`, `code`).
+    pub prompt: String,
+    pub scheduled_s: f64,
+    pub sent_s: Option<f64>,
+    pub first_byte_s: Option<f64>,
+    pub first_token_s: Option<f64>,
+    pub end_s: f64,
+    /// HTTP status, when one arrived.
+    pub status: Option<u16>,
+    /// `None` on success.
+    pub error: Option<ErrorClass>,
+    pub error_detail: Option<String>,
+    pub finish_reason: Option<String>,
+    /// Token counts by source, when the source gave one.
+    pub usage_completion_tokens: Option<u64>,
+    pub usage_prompt_tokens: Option<u64>,
+    pub ollama_eval_count: Option<u64>,
+    pub ollama_eval_duration_ns: Option<u64>,
+    pub ollama_prompt_eval_count: Option<u64>,
+    pub ollama_prompt_eval_duration_ns: Option<u64>,
+    pub chunks: u64,
+    /// Gaps between consecutive chunks with generated text, seconds.
+    pub chunk_gaps_s: Vec<f64>,
+    /// Its place in an open-loop schedule; absent in the seed's closed rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<Arrival>,
+    /// Generated tokens in each chunk with text, from the server's running usage counts, when it
+    /// sent one with every such chunk (vLLM's `continuous_usage_stats`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_tokens: Vec<u64>,
+    /// Which of its runtime's `replicas` served it, for a group of replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<usize>,
+    /// The cap on generated tokens it was sent with (`max_tokens`, Ollama's `num_predict`): a
+    /// success never counts more output tokens than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+/// Where a run's prompts came from, and enough about them to tell whether two runs sent the
+/// same requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRecord {
+    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt` or `synthetic`.
+    pub source: String,
+    /// The file, as given (for synthetic prompts, the tokenizer's folder).
+    pub path: Option<String>,
+    /// SHA-256 of the file's bytes (for synthetic prompts, of `tokenizer.json`).
+    pub file_sha256: Option<String>,
+    /// SHA-256 of the items read from it (prompt, messages, max_tokens): equal for the same
+    /// requests whatever the file's formatting.
+    pub items_sha256: String,
+    pub items: usize,
+    pub prompt_chars_min: Option<f64>,
+    pub prompt_chars_p50: Option<f64>,
+    pub prompt_chars_mean: Option<f64>,
+    pub prompt_chars_max: Option<f64>,
+    /// Items with their own `max_tokens`.
+    pub items_with_max_tokens: usize,
+    /// For synthetic prompts: the distributions their lengths were drawn from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths: Option<String>,
+    /// For synthetic prompts: their lengths in tokens, as the tokenizer counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_max: Option<f64>,
+}
+
+/// An open-loop request's group and window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arrival {
+    /// The group's rate, requests per second; `null`: unbounded (all at once, or a closed pool
+    /// under `max_concurrency`).
+    pub rate_rps: Option<f64>,
+    /// Sent before the measured window: recorded, left out of the summary.
+    pub warmup: bool,
+    /// When it could first be sent: its scheduled time, or, when every slot under
+    /// `max_concurrency` was taken then, the instant one was freed (in a closed pool, always
+    /// that instant). From here to `sent_s` is the client's own lateness; before it, the cap's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_s: Option<f64>,
+}
+
+impl RequestRecord {
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// Output tokens and where the count came from: server usage, then Ollama, then chunks.
+    pub fn output_tokens(&self) -> (u64, TokenSource) {
+        if let Some(n) = self.usage_completion_tokens {
+            (n, TokenSource::Usage)
+        } else if let Some(n) = self.ollama_eval_count {
+            (n, TokenSource::OllamaCounters)
+        } else {
+            (self.chunks, TokenSource::Chunks)
+        }
+    }
+
+    /// The gaps between its tokens: each gap between two chunks split evenly over the second
+    /// chunk's tokens (from `chunk_tokens`; a chunk without a new token keeps its gap whole).
+    pub fn token_gaps(&self) -> Vec<f64> {
+        let counts = self.chunk_tokens.iter().skip(1);
+        self.chunk_gaps_s
+            .iter()
+            .zip(counts)
+            .flat_map(|(gap, &k)| {
+                let k = k.clamp(1, 1 << 16);
+                std::iter::repeat_n(gap / k as f64, k as usize)
+            })
+            .collect()
+    }
+
+    /// How late the client sent it: from when the schedule wanted it sent to when it was.
+    pub fn lateness(&self) -> Option<f64> {
+        self.sent_s.map(|s| s - self.scheduled_s)
+    }
+
+    /// The part of its lateness that was the client's own: from when it could first be sent (a
+    /// slot free, its time come) to when it was.
+    pub fn client_lateness(&self) -> Option<f64> {
+        Some(self.sent_s? - self.arrival?.admitted_s?)
+    }
+
+    /// Whether it could not be sent at its time because every slot under `max_concurrency` was
+    /// taken (admitted later than scheduled; a microsecond allowed for the seconds' rounding).
+    pub fn waited_for_slot(&self) -> bool {
+        self.arrival.and_then(|a| a.admitted_s).is_some_and(|t| t - self.scheduled_s > 1e-6)
+    }
+
+    pub fn ttft(&self) -> Option<f64> {
+        self.first_token_s.map(|t| t - self.scheduled_s)
+    }
+
+    pub fn total(&self) -> f64 {
+        self.end_s - self.scheduled_s
+    }
+
+    pub fn decode_tps(&self) -> Option<f64> {
+        if let (Some(n), Some(ns)) = (self.ollama_eval_count, self.ollama_eval_duration_ns) {
+            return (ns > 0).then(|| n as f64 / (ns as f64 / 1e9));
+        }
+        let (n, _) = self.output_tokens();
+        let decode = self.total() - self.ttft()?;
+        (decode > 0.0).then(|| n as f64 / decode)
+    }
+
+    pub fn tpot(&self) -> Option<f64> {
+        let (n, _) = self.output_tokens();
+        (n > 1).then(|| (self.total() - self.ttft().unwrap_or(0.0)) / (n - 1) as f64).filter(|_| self.ttft().is_some())
+    }
+
+    pub(crate) fn request_tps(&self) -> Option<f64> {
+        let total = self.total();
+        (total > 0.0).then(|| self.output_tokens().0 as f64 / total)
+    }
+
+    /// Prefill tokens per second, where the server says how long prefill took (Ollama's
+    /// `prompt_eval_count / prompt_eval_duration`); `None` otherwise.
+    pub fn prompt_tps(&self) -> Option<f64> {
+        match (self.ollama_prompt_eval_count, self.ollama_prompt_eval_duration_ns) {
+            (Some(n), Some(ns)) if ns > 0 => Some(n as f64 / (ns as f64 / 1e9)),
+            _ => None,
+        }
+    }
+}
+
+/// The two API families a target can speak (a runtime's `kind`, as the seed writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    OpenAi,
+    Ollama,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Result<Self, UnknownKind> {
+        match s {
+            "openai" => Ok(Kind::OpenAi),
+            "ollama" => Ok(Kind::Ollama),
+            other => Err(UnknownKind(other.to_string())),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::OpenAi => "openai",
+            Kind::Ollama => "ollama",
+        }
+    }
+}
+
+/// A target kind that is neither API family.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown target kind `{0}`; use openai=URL or ollama=URL")]
+pub struct UnknownKind(String);
+
+/// A server under test: what the client sends to (the seed's `runtimes` entries, recorded as
+/// measured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    pub name: String,
+    pub kind: Kind,
+    pub base_url: String,
+    pub model: String,
+    /// The replicas of one deployment measured as this one runtime (`--target KIND=URL@group`),
+    /// requests spread in turn; absent for a single server (`base_url`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
+}
+
+impl Runtime {
+    /// Which replica serves the request at `index` (in turn), and its URL.
+    pub(crate) fn replica(&self, index: usize) -> (Option<usize>, &str) {
+        match self.replicas.len() {
+            0 => (None, &self.base_url),
+            n => (Some(index % n), &self.replicas[index % n]),
+        }
+    }
+}

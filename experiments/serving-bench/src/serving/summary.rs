@@ -1,0 +1,415 @@
+//! The summary arithmetic: requests grouped by target and load, each group's row under the seed's
+//! field names, and the notes printed beside it. The binary and the audit both call it, so a
+//! stored summary is recomputed by the same code that wrote it.
+
+use super::params::{Parameters, SLO_METRICS};
+use super::record::{ErrorClass, RequestRecord, Runtime, TokenSource};
+use common::stats::summarize;
+use std::collections::BTreeMap;
+
+/// mean / p50 / p95 / p99 and n of one metric, flattened into the seed's `<metric>_<stat>` names.
+fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
+    let s = summarize(values);
+    for (stat, v) in [("mean", s.mean), ("p50", s.p50), ("p95", s.p95), ("p99", s.p99)] {
+        row.insert(format!("{metric}_{stat}"), serde_json::json!(v));
+    }
+    row.insert(format!("{metric}_n"), serde_json::json!(s.n));
+}
+
+/// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
+/// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
+/// count sources used, and why `prompt_tps` is null when it is.
+pub(crate) fn summarize_group(
+    runtime: &str,
+    model: &str,
+    concurrency: usize,
+    records: &[&RequestRecord],
+) -> BTreeMap<String, serde_json::Value> {
+    let ok: Vec<&&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let mut row = BTreeMap::new();
+    row.insert("runtime".into(), serde_json::json!(runtime));
+    row.insert("model".into(), serde_json::json!(model));
+    row.insert("concurrency".into(), serde_json::json!(concurrency));
+    row.insert("requests".into(), serde_json::json!(records.len()));
+    row.insert("successes".into(), serde_json::json!(ok.len()));
+    row.insert("failures".into(), serde_json::json!(records.len() - ok.len()));
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records.iter().filter_map(|r| r.error) {
+        *classes.entry(r.name()).or_default() += 1;
+    }
+    row.insert("failures_by_class".into(), serde_json::json!(classes));
+    let collect = |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
+    put(&mut row, "ttft_s", &collect(RequestRecord::ttft));
+    put(&mut row, "total_s", &collect(|r| Some(r.total())));
+    let prompt = collect(RequestRecord::prompt_tps);
+    put(&mut row, "prompt_tps", &prompt);
+    row.insert(
+        "prompt_tps_note".into(),
+        serde_json::json!(if prompt.is_empty() && !ok.is_empty() {
+            Some("the server reported no prefill duration (OpenAI-compatible APIs do not); only Ollama's prompt_eval counters give it")
+        } else {
+            None
+        }),
+    );
+    put(&mut row, "decode_tps", &collect(RequestRecord::decode_tps));
+    put(&mut row, "tpot_s", &collect(RequestRecord::tpot));
+    put(&mut row, "request_tps", &collect(RequestRecord::request_tps));
+    let gaps: Vec<f64> = ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect();
+    put(&mut row, "chunk_gap_s", &gaps);
+    // Inter-token latency: per token where every request's chunks carry their token counts,
+    // else per chunk (the same numbers as the chunk gaps), and the row says which.
+    let per_token = !ok.is_empty() && ok.iter().all(|r| r.chunk_tokens.len() as u64 == r.chunks);
+    let itl: Vec<f64> = if per_token { ok.iter().flat_map(|r| r.token_gaps()).collect() } else { gaps };
+    put(&mut row, "itl_s", &itl);
+    row.insert("itl_source".into(), serde_json::json!(if per_token { "usage" } else { "chunks" }));
+    // Aggregate throughput: per round, successful output tokens over the round's wall time.
+    let mut rounds: BTreeMap<usize, Vec<&RequestRecord>> = BTreeMap::new();
+    for r in records {
+        rounds.entry(r.round).or_default().push(r);
+    }
+    let aggregate: Vec<f64> = rounds.values().filter_map(|rs| aggregate_tps(rs)).collect();
+    put(&mut row, "aggregate_output_tps", &aggregate);
+    let mut sources: Vec<String> = ok.iter().map(|r| format!("{:?}", r.output_tokens().1).to_lowercase()).collect();
+    sources.sort();
+    sources.dedup();
+    row.insert("output_token_sources".into(), serde_json::json!(sources));
+    row
+}
+
+/// The wall time of a round or group: from its first scheduled request to its last end.
+fn window_s(group: &[&RequestRecord]) -> Option<f64> {
+    let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+    let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
+    (end > start).then_some(end - start)
+}
+
+/// One round's successful output tokens over its wall time.
+pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
+    // Saturating: the counts may come from a file the audit reads.
+    let tokens = round.iter().filter(|r| r.ok()).fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
+    window_s(round).map(|w| tokens as f64 / w)
+}
+
+/// A group's successful requests per second of its wall time: the rate the server sustained.
+pub fn completed_rate(group: &[&RequestRecord]) -> Option<f64> {
+    let ok = group.iter().filter(|r| r.ok()).count();
+    window_s(group).map(|w| ok as f64 / w).filter(|r| *r > 0.0)
+}
+
+/// A group's load as claims, exports and tables name it: `c4` (closed groups of 4), `rate8` or
+/// `rate-inf` (an open loop's rate), `synchronous` (an unbounded rate under a cap of one).
+pub fn load_label(concurrency: usize, open_loop_rate: Option<Option<f64>>) -> String {
+    match open_loop_rate {
+        None => format!("c{concurrency}"),
+        Some(Some(rate)) => format!("rate{rate}"),
+        // A closed pool of one: a request at a time.
+        Some(None) if concurrency == 1 => "synchronous".into(),
+        Some(None) => "rate-inf".into(),
+    }
+}
+
+/// One group of measured requests: one target under one load.
+pub struct Group<'a> {
+    pub runtime: &'a str,
+    /// [`load_label`].
+    pub load: String,
+    pub concurrency: usize,
+    /// The open loop's rate (`Some(None)`: as fast as allowed); `None` for a closed group.
+    pub rate: Option<Option<f64>>,
+    pub records: Vec<&'a RequestRecord>,
+}
+
+/// The measured requests (an open loop's warm-ups left out) by target and load, the groups in the
+/// order they first appear. Every summary, export and claim groups requests through this.
+pub fn groups(records: &[RequestRecord]) -> Vec<Group<'_>> {
+    let mut index: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    let mut out: Vec<Group> = Vec::new();
+    for r in records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)) {
+        let rate = r.arrival.map(|a| a.rate_rps);
+        let load = load_label(r.concurrency, rate);
+        let i = *index.entry((r.runtime.as_str(), load.clone())).or_insert_with(|| {
+            out.push(Group { runtime: &r.runtime, load, concurrency: r.concurrency, rate, records: Vec::new() });
+            out.len() - 1
+        });
+        out[i].records.push(r);
+    }
+    out
+}
+
+/// Where a successful record's token counts contradict its request or its stream (the
+/// [`ErrorClass::InconsistentUsage`] the client gives such a request): more output tokens than
+/// its cap, or running per-chunk counts that add up past the total. `None` when they agree.
+pub fn usage_contradiction(r: &RequestRecord) -> Option<String> {
+    let (tokens, source) = r.output_tokens();
+    let source = match source {
+        TokenSource::Usage => "usage.completion_tokens",
+        TokenSource::OllamaCounters => "eval_count",
+        TokenSource::Chunks => "chunks with text",
+    };
+    if let Some(cap) = r.max_tokens.filter(|cap| tokens > *cap) {
+        return Some(format!("{source} {tokens} is more than the {cap} tokens max_tokens allows"));
+    }
+    let per_chunk = r.chunk_tokens.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
+    (r.usage_completion_tokens.is_some_and(|total| per_chunk > total))
+        .then(|| format!("the running counts add up to {per_chunk}, more than the final {source} {tokens}"))
+}
+
+/// Each group (target and load) in which no measured request succeeded, as `runtime load
+/// (N requests: class: first detail)`: a run that measured nothing there.
+pub fn failed_groups(records: &[RequestRecord]) -> Vec<String> {
+    groups(records)
+        .into_iter()
+        .filter(|g| !g.records.is_empty() && g.records.iter().all(|r| !r.ok()))
+        .map(|g| {
+            let first = g.records[0];
+            let class = first.error.map(ErrorClass::name).unwrap_or_default();
+            let detail = first.error_detail.as_deref().unwrap_or_default().chars().take(160).collect::<String>();
+            format!("{} {} ({} requests; the first: {class}: {detail})", g.runtime, g.load, g.records.len())
+        })
+        .collect()
+}
+
+/// About what one recorded request holds in memory until the artifact is written: its record,
+/// and its part of the JSON tree and text serialising makes, a fixed part and one per generated
+/// token (its gap and its running count). An estimate for [`common::budget`], not a measurement.
+pub fn bytes_per_request(max_tokens: usize) -> u64 {
+    4_000u64.saturating_add(100u64.saturating_mul(max_tokens as u64))
+}
+
+/// One line per open-loop group at a finite rate whose measured requests waited for a slot under
+/// `max_concurrency`: the server fell behind the schedule, and the send lateness of those
+/// requests is its backlog rather than the client's (the client's own part stays in
+/// `client_lateness`). Printed after the table, so that a reader does not take one for the other.
+pub fn backlog_notes(records: &[RequestRecord]) -> Vec<String> {
+    groups(records)
+        .into_iter()
+        .filter_map(|g| {
+            let Some(Some(rate)) = g.rate else { return None };
+            let waited = g.records.iter().filter(|r| r.waited_for_slot()).count();
+            (waited > 0).then(|| {
+                format!(
+                    "{} at {rate} requests/s: {waited} of {} measured requests waited for one of the {} slots (the server fell behind the schedule); their send lateness includes that wait, the client's own is in brackets",
+                    g.runtime,
+                    g.records.len(),
+                    g.concurrency
+                )
+            })
+        })
+        .collect()
+}
+
+/// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
+pub fn summarize_all(
+    params: &Parameters,
+    runtimes: &[Runtime],
+    records: &[RequestRecord],
+) -> Vec<BTreeMap<String, serde_json::Value>> {
+    groups(records)
+        .into_iter()
+        .map(|g| {
+            let group = &g.records;
+            let model = runtimes.iter().find(|t| t.name == g.runtime).map(|t| t.model.as_str()).unwrap_or_default();
+            let mut row = summarize_group(g.runtime, model, g.concurrency, group);
+            extra_percentiles(&mut row, &params.percentiles, group);
+            if !params.slo.is_empty() {
+                slo_columns(&mut row, &params.slo, group, g.rate.is_some());
+            }
+            if let Some(rate) = g.rate {
+                open_loop_columns(&mut row, rate, group);
+            }
+            row
+        })
+        .collect()
+}
+
+/// `<metric>_p<P>` for each percentile asked beyond the seed's p50, p95 and p99, of the
+/// successful requests' TTFT, TPOT, total latency and chunk gaps.
+fn extra_percentiles(row: &mut BTreeMap<String, serde_json::Value>, percentiles: &[f64], group: &[&RequestRecord]) {
+    let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
+    let sorted = |mut v: Vec<f64>| {
+        v.retain(|x| x.is_finite());
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let metrics = [
+        ("ttft_s", sorted(ok.iter().filter_map(|r| r.ttft()).collect())),
+        ("tpot_s", sorted(ok.iter().filter_map(|r| r.tpot()).collect())),
+        ("total_s", sorted(ok.iter().map(|r| r.total()).collect())),
+        ("chunk_gap_s", sorted(ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect())),
+    ];
+    for p in percentiles.iter().filter(|p| ![50.0, 95.0, 99.0].contains(*p)) {
+        for (metric, values) in &metrics {
+            let value = common::stats::percentile_sorted(values, *p);
+            row.insert(format!("{metric}_p{p}"), serde_json::json!(value));
+        }
+    }
+}
+
+/// The SLO columns: how many requests met every objective (a failure meets none), their share,
+/// and for an open loop the goodput, those requests per second of the group's window (from its
+/// first scheduled request to its last end).
+fn slo_columns(
+    row: &mut BTreeMap<String, serde_json::Value>,
+    slo: &BTreeMap<String, f64>,
+    group: &[&RequestRecord],
+    open: bool,
+) {
+    let meets = |r: &RequestRecord| {
+        r.ok()
+            && slo.iter().all(|(name, bound_ms)| {
+                let read = SLO_METRICS.iter().find(|(m, _)| m == name).map(|(_, read)| read);
+                read.and_then(|read| read(r)).is_some_and(|v| v * 1000.0 <= *bound_ms)
+            })
+    };
+    let met = group.iter().filter(|r| meets(r)).count();
+    row.insert("slo_met".into(), serde_json::json!(met));
+    row.insert("slo_met_share".into(), serde_json::json!((!group.is_empty()).then(|| met as f64 / group.len() as f64)));
+    if open {
+        row.insert("goodput_rps".into(), serde_json::json!(window_s(group).map(|w| met as f64 / w)));
+    }
+}
+
+/// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
+/// time from the first scheduled to the last sent), and the send lateness: all of it, and the
+/// client's own part (without waits for a slot under the cap).
+fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option<f64>, group: &[&RequestRecord]) {
+    row.insert("request_rate".into(), rate.map_or(serde_json::json!("inf"), |r| serde_json::json!(r)));
+    let first = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+    let last = group.iter().filter_map(|r| r.sent_s).fold(f64::NEG_INFINITY, f64::max);
+    let achieved = (group.len() > 1 && last > first).then(|| (group.len() - 1) as f64 / (last - first));
+    row.insert("achieved_request_rate".into(), serde_json::json!(achieved));
+    let lateness: Vec<f64> = group.iter().filter_map(|r| r.lateness()).collect();
+    put(row, "send_lateness_s", &lateness);
+    row.insert("send_lateness_s_max".into(), serde_json::json!(lateness.iter().copied().reduce(f64::max)));
+    let own: Vec<f64> = group.iter().filter_map(|r| r.client_lateness()).collect();
+    if !own.is_empty() {
+        put(row, "client_lateness_s", &own);
+        row.insert("client_lateness_s_max".into(), serde_json::json!(own.iter().copied().reduce(f64::max)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::Arrival;
+    use super::*;
+
+    fn rec(round: usize, start: f64, first: f64, end: f64, tokens: u64) -> RequestRecord {
+        RequestRecord {
+            runtime: "r".into(),
+            concurrency: 2,
+            round,
+            index: 0,
+            prompt: "short".into(),
+            scheduled_s: start,
+            sent_s: Some(start),
+            first_byte_s: Some(first),
+            first_token_s: Some(first),
+            end_s: end,
+            status: Some(200),
+            error: None,
+            error_detail: None,
+            finish_reason: Some("length".into()),
+            usage_completion_tokens: Some(tokens),
+            usage_prompt_tokens: Some(10),
+            ollama_eval_count: None,
+            ollama_eval_duration_ns: None,
+            ollama_prompt_eval_count: None,
+            ollama_prompt_eval_duration_ns: None,
+            chunks: tokens,
+            chunk_gaps_s: vec![0.1; tokens as usize - 1],
+            arrival: None,
+            chunk_tokens: Vec::new(),
+            replica: None,
+            max_tokens: None,
+        }
+    }
+
+    #[test]
+    fn a_backlog_is_noted_only_where_requests_on_a_schedule_waited_for_a_slot() {
+        let open = |index: usize, scheduled: f64, admitted: f64, rate: Option<f64>, warmup: bool| {
+            let mut r = rec(0, scheduled, scheduled + 0.5, scheduled + 1.0, 4);
+            r.index = index;
+            r.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s: Some(admitted) });
+            r
+        };
+        // On time, and admitted when its time came: no note.
+        let on_time = vec![open(0, 0.0, 0.0, Some(8.0), false), open(1, 0.1, 0.1, Some(8.0), false)];
+        assert!(backlog_notes(&on_time).is_empty());
+        // A warm-up that waited is outside the measured window; a measured one that waited is named.
+        let mut behind = on_time.clone();
+        behind.push(open(2, 0.2, 0.7, Some(8.0), true));
+        assert!(backlog_notes(&behind).is_empty());
+        behind.push(open(3, 0.3, 0.9, Some(8.0), false));
+        assert_eq!(
+            backlog_notes(&behind),
+            vec!["r at 8 requests/s: 1 of 3 measured requests waited for one of the 2 slots (the server fell behind the schedule); their send lateness includes that wait, the client's own is in brackets"]
+        );
+        // A closed pool's requests are due when their slot is freed: never a backlog.
+        assert!(backlog_notes(&[open(0, 0.0, 0.0, None, false), open(1, 0.4, 0.4, None, false)]).is_empty());
+    }
+
+    #[test]
+    fn slos_count_the_requests_within_every_bound_and_goodput_is_those_per_second() {
+        // TTFT 0.5 s and TPOT 0.2 s; TTFT 0.1 s and TPOT 0.39 s; TTFT 0.2 s, failed.
+        let a = rec(0, 0.0, 0.5, 2.5, 11);
+        let b = rec(0, 1.0, 1.1, 5.0, 11);
+        let mut c = rec(0, 2.0, 2.2, 4.0, 11);
+        c.error = Some(ErrorClass::TruncatedStream);
+        let slo = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let mut row = BTreeMap::new();
+        slo_columns(&mut row, &slo(&[("ttft_ms", 300.0)]), &[&a, &b, &c], true);
+        assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(1), Some(1.0 / 3.0)));
+        // One good request over the window from 0 s to 5 s.
+        assert_eq!(row["goodput_rps"].as_f64(), Some(0.2));
+        slo_columns(&mut row, &slo(&[("ttft_ms", 600.0), ("tpot_ms", 250.0)]), &[&a, &b, &c], false);
+        assert_eq!(row["slo_met"].as_u64(), Some(1));
+        slo_columns(&mut row, &slo(&[("e2e_ms", 10_000.0)]), &[&a, &b, &c], false);
+        assert_eq!(row["slo_met"].as_u64(), Some(2));
+        // Extra percentiles beside the seed's.
+        let mut row = BTreeMap::new();
+        extra_percentiles(&mut row, &[90.0, 99.0], &[&a, &b]);
+        // TTFTs 0.1 s and 0.5 s: p90 interpolates to 0.46 s.
+        assert!(row["ttft_s_p90"].as_f64().is_some_and(|p| (p - 0.46).abs() < 1e-12), "{row:?}");
+        assert!(!row.contains_key("ttft_s_p99"), "p99 is among the seed's columns already");
+    }
+
+    #[test]
+    fn metrics_follow_the_definitions() {
+        let r = rec(0, 1.0, 1.5, 3.5, 11);
+        assert_eq!(r.ttft(), Some(0.5));
+        assert_eq!(r.total(), 2.5);
+        assert_eq!(r.decode_tps(), Some(11.0 / 2.0));
+        assert_eq!(r.tpot(), Some(0.2));
+        assert_eq!(r.request_tps(), Some(11.0 / 2.5));
+        assert_eq!(r.prompt_tps(), None);
+        let mut o = r.clone();
+        o.usage_completion_tokens = None;
+        o.ollama_eval_count = Some(8);
+        o.ollama_eval_duration_ns = Some(2_000_000_000);
+        o.ollama_prompt_eval_count = Some(30);
+        o.ollama_prompt_eval_duration_ns = Some(500_000_000);
+        assert_eq!(o.output_tokens(), (8, TokenSource::OllamaCounters));
+        assert_eq!((o.decode_tps(), o.prompt_tps()), (Some(4.0), Some(60.0)));
+    }
+
+    #[test]
+    fn group_summary_counts_failures_and_aggregates_per_round() {
+        let a = rec(0, 0.0, 0.5, 2.0, 10);
+        let b = rec(0, 0.0, 0.7, 4.0, 20);
+        let mut c = rec(1, 5.0, 5.5, 6.0, 5);
+        c.error = Some(ErrorClass::TruncatedStream);
+        let d = rec(1, 5.0, 5.2, 7.0, 6);
+        let row = summarize_group("r", "m", 2, &[&a, &b, &c, &d]);
+        assert_eq!(
+            (row["requests"].as_u64(), row["successes"].as_u64(), row["failures"].as_u64()),
+            (Some(4), Some(3), Some(1))
+        );
+        assert_eq!(row["failures_by_class"]["truncated_stream"], 1);
+        // Round 0: 30 tokens over 4 s; round 1: 6 successful tokens over 2 s.
+        assert_eq!(row["aggregate_output_tps_n"], 2);
+        assert_eq!(row["aggregate_output_tps_mean"].as_f64(), Some((7.5 + 3.0) / 2.0));
+        assert_eq!(row["ttft_s_n"], 3);
+        assert!(row["prompt_tps_note"].is_string());
+        assert!(row["prompt_tps_mean"].is_null());
+    }
+}

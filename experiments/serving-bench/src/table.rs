@@ -1,0 +1,179 @@
+//! The printed tables of a written artifact: its summary, one line per target and load, and the
+//! paired comparisons between targets and between loads. Read from the artifact as written, so
+//! that nothing printed holds what the artifact may not.
+
+use crate::serving::{self, RequestRecord, ServingArtifact};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// The summary as a table: one line per target and load.
+pub fn summary(a: &ServingArtifact) -> String {
+    let mut out = String::new();
+    let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
+        row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
+    };
+    let open = a.arguments.arrivals.is_some();
+    // Send lateness, and in brackets the client's own part (without waits for a slot).
+    let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
+    let slo = !a.arguments.slo.is_empty();
+    let _ = writeln!(
+        out,
+        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
+        "runtime",
+        group,
+        "ok",
+        "fail",
+        "ttft p50",
+        "ttft p95",
+        "total p50",
+        "decode t/s",
+        "aggr t/s",
+        late,
+        if slo { "SLO met" } else { "" },
+        if slo && open { "goodput/s" } else { "" }
+    );
+    for row in &a.summary {
+        let lateness = if open {
+            format!("{} ({})ms", f(row, "send_lateness_s_p99", 1000.0), f(row, "client_lateness_s_p99", 1000.0))
+        } else {
+            String::new()
+        };
+        let group = load_cell(row, open);
+        let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
+        let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
+        let _ = writeln!(
+            out,
+            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
+            row["runtime"].as_str().unwrap_or_default(),
+            group,
+            row["successes"].to_string(),
+            row["failures"].to_string(),
+            f(row, "ttft_s_p50", 1000.0),
+            f(row, "ttft_s_p95", 1000.0),
+            f(row, "total_s_p50", 1000.0),
+            f(row, "decode_tps_mean", 1.0),
+            f(row, "aggregate_output_tps_mean", 1.0),
+            lateness,
+            met,
+            goodput,
+        );
+    }
+    out
+}
+
+/// A summary row's load as the tables show it: the closed rounds' concurrency, else the open
+/// loop's rate (`sync`: one at a time; `inf`: as fast as the cap allows).
+fn load_cell(row: &BTreeMap<String, serde_json::Value>, open: bool) -> String {
+    match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
+        (false, _) => row["concurrency"].to_string(),
+        (true, Some(rate)) => format!("{rate:.2}"),
+        (true, None) if row["concurrency"] == 1 => "sync".into(),
+        (true, None) => "inf".into(),
+    }
+}
+
+/// Median and range of `values`, as "median (min-max)".
+fn spread(values: &[f64]) -> String {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    match (common::stats::percentile_sorted(&sorted, 50.0), sorted.first(), sorted.last()) {
+        (Some(m), Some(lo), Some(hi)) => format!("{m:.3} ({lo:.3}-{hi:.3})"),
+        _ => "-".into(),
+    }
+}
+
+/// Paired ratios, round by round (targets and levels took turns, so each round's pair ran side
+/// by side): every target's aggregate tokens/s and TTFT median against the first target's at
+/// each concurrency, and each target's aggregate tokens/s at its highest concurrency over its
+/// lowest.
+pub fn comparison(a: &ServingArtifact) -> String {
+    if a.arguments.arrivals.is_some() {
+        return open_comparison(a); // an open loop has no rounds to pair
+    }
+    let mut out = String::new();
+    // Per (runtime, concurrency, round): the round's aggregate tokens/s and its median TTFT.
+    let mut rounds: BTreeMap<(&str, usize, usize), Vec<&RequestRecord>> = BTreeMap::new();
+    for r in &a.requests {
+        rounds.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r);
+    }
+    let aggregate =
+        |t: &str, c: usize, round: usize| rounds.get(&(t, c, round)).and_then(|rs| serving::aggregate_tps(rs));
+    let ttft = |t: &str, c: usize, round: usize| {
+        let mut v: Vec<f64> = rounds.get(&(t, c, round))?.iter().filter_map(|r| r.ttft()).collect();
+        v.sort_by(f64::total_cmp);
+        common::stats::percentile_sorted(&v, 50.0)
+    };
+    let pairs = |f: &dyn Fn(usize) -> Option<(f64, f64)>| -> Vec<f64> {
+        (0..a.arguments.rounds).filter_map(f).filter(|(_, b)| *b > 0.0).map(|(x, b)| x / b).collect()
+    };
+    let Some(first) = a.runtimes.first() else { return out };
+    let levels = &a.arguments.concurrency;
+    let others = &a.runtimes[1..];
+    if !others.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nper-round ratios against {} (median (min-max) over {} rounds)",
+            first.name, a.arguments.rounds
+        );
+        for t in others {
+            for &c in levels {
+                let tps = pairs(&|r| Some((aggregate(&t.name, c, r)?, aggregate(&first.name, c, r)?)));
+                let first_token = pairs(&|r| Some((ttft(&t.name, c, r)?, ttft(&first.name, c, r)?)));
+                let _ = writeln!(
+                    out,
+                    "  {:<18} concurrency {c:<3} aggregate tokens/s {}x, TTFT median {}x",
+                    t.name,
+                    spread(&tps),
+                    spread(&first_token)
+                );
+            }
+        }
+    }
+    if let (Some(&low), Some(&high)) = (levels.iter().min(), levels.iter().max()) {
+        if high > low {
+            let _ = writeln!(out, "\naggregate tokens/s at concurrency {high} over {low}, round by round");
+            for t in &a.runtimes {
+                let scaling = pairs(&|r| Some((aggregate(&t.name, high, r)?, aggregate(&t.name, low, r)?)));
+                let _ = writeln!(out, "  {:<18} {}x", t.name, spread(&scaling));
+            }
+        }
+    }
+    out
+}
+
+/// An open loop's groups beside the first target's group under the same load (rate and cap):
+/// each figure over the first target's. A sweep's rates are each target's own (found from its
+/// own saturation), so there only the synchronous and throughput groups pair; its curves in the
+/// report compare the rest.
+fn open_comparison(a: &ServingArtifact) -> String {
+    let Some(first) = a.runtimes.first().filter(|_| a.runtimes.len() > 1) else { return String::new() };
+    let load =
+        |row: &BTreeMap<String, serde_json::Value>| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
+    let runtime = |row: &BTreeMap<String, serde_json::Value>| {
+        row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string()
+    };
+    let mut columns =
+        vec![("ttft_s_p99", "TTFT p99"), ("total_s_p50", "total p50"), ("aggregate_output_tps_mean", "output tok/s")];
+    if !a.arguments.slo.is_empty() {
+        columns.push(("goodput_rps", "goodput"));
+    }
+    let mut lines = Vec::new();
+    for row in a.summary.iter().filter(|r| runtime(r) != first.name) {
+        let Some(base) = a.summary.iter().find(|b| runtime(b) == first.name && load(b) == load(row)) else { continue };
+        let ratios: Vec<String> = columns
+            .iter()
+            .map(|(key, name)| {
+                let value = |r: &BTreeMap<String, serde_json::Value>| r.get(*key).and_then(serde_json::Value::as_f64);
+                match (value(row), value(base)) {
+                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {:.2}x", x / b),
+                    _ => format!("{name} -"),
+                }
+            })
+            .collect();
+        lines.push(format!("  {:<18} {:>8}  {}", runtime(row), load_cell(row, true), ratios.join(", ")));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!("\neach target over {} under the same load\n{}\n", first.name, lines.join("\n"))
+}
