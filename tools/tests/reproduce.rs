@@ -13,16 +13,20 @@ fn a_failed_claim_fails_reproduce_unless_allowed() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("ws");
     std::fs::create_dir_all(root.join("manifests/scheduler")).unwrap();
-    for item in ["Cargo.toml", "Cargo.lock", "crates", "experiments", "schemas", "manifests/models"] {
+    for item in ["Cargo.toml", "Cargo.lock", "crates", "experiments", "tools", "schemas", "manifests/models"] {
         let status = Command::new("cp").arg("-r").arg(real.join(item)).arg(root.join(item)).status().unwrap();
         assert!(status.success(), "copying {item}");
     }
     // The seed's first finding, overstated beyond anything a policy does: interleave's TTFT a
-    // thousand times fifo's (it is lower), so every round's ratio falls short and the claim fails.
+    // thousand times fifo's (it is lower), so every round's ratio falls short and the claim fails;
+    // and the second, understated to a ratio above a thousandth, so it holds on any machine. (The
+    // manifest's other claims are timings whose verdicts are the machine's, so they are left out.)
     let mut manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(real.join("manifests/scheduler/tiny.json")).unwrap()).unwrap();
     assert_eq!(manifest["claims"][0]["id"], "interleave-cuts-interactive-ttft");
     manifest["claims"][0]["expect"] = json!({"at_least": 1000.0});
+    manifest["claims"][1]["expect"] = json!({"at_least": 0.001});
+    manifest["claims"].as_array_mut().unwrap().truncate(2);
     std::fs::write(root.join("manifests/scheduler/tiny.json"), manifest.to_string()).unwrap();
 
     let reproduce = |extra: &[&str]| {
@@ -45,7 +49,7 @@ fn a_failed_claim_fails_reproduce_unless_allowed() {
         table.lines().filter(|l| l.starts_with("scheduler/tiny")).count(),
         manifest["claims"].as_array().unwrap().len()
     );
-    assert!(table.contains(" 1 fail, "), "{table}");
+    assert!(table.contains("1 claims hold, 1 fail, 0 inconclusive"), "{table}");
     assert_eq!(code, Some(1), "{stdout}");
 
     let (code, stdout) = reproduce(&["--allow-failed-claims"]);
