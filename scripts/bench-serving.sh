@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `just bench-serving`: the embedded server against llama.cpp's own server on the same weights,
-# measured by serving-bench in one run (same prompts, same max_tokens, greedy, the two servers
-# taking turns round by round), written as an artifact under artifacts/bench/.
+# measured by serving-bench in one run (same prompts, same max_tokens, greedy, the servers
+# taking turns round by round), written as artifacts under artifacts/bench/.
 #
 # llama-server is built once from the llama.cpp sources that PyPI's llama-cpp-python sdist
 # vendors (scripts/build-llama-server.sh, into .llama-server/) and serves the F32 GGUF export of
-# the generated qwen2.5-0.5b checkpoint with 4 parallel slots (continuous batching). Without a
-# compiler or registry access that side is skipped, with the reason, and the embedded server is
-# still measured.
+# the generated qwen2.5-0.5b checkpoint twice: as a user starts it (its defaults: parallel slots,
+# continuous batching, its prompt cache on), and with its prompt cache off (4 slots), which
+# isolates what reuse does. The embedded server runs at its defaults (prefix reuse on). Without a
+# compiler or registry access llama-server's side is skipped, with the reason, and the embedded
+# server is still measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,22 +18,24 @@ cargo build --release -p serving-bench -p tools --bins
 ./target/release/models generate qwen2.5-0.5b
 
 targets=(--target openai=embedded)
-server_pid=
+server_pids=()
 # A server stopped by its signal exits non-zero; that is no failure of the benchmark.
-cleanup() { if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true; fi; }
+cleanup() {
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
+  server_pids=()
+}
 trap cleanup EXIT
-if scripts/build-llama-server.sh; then
-  gguf=target/bench/qwen2.5-0.5b-f32.gguf
-  if [ ! -f "$gguf" ]; then
-    mkdir -p target/bench
-    ./target/release/models export-gguf qwen2.5-0.5b --type f32 --out "$gguf"
-  fi
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  # 4 slots of 1024 positions each (the prompts and answers need about 110), loopback only.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Starts llama-server on the GGUF with the flags given, loopback only, and sets `started` to its
+# URL once it answers /health; fails when it does not come up.
+start_llama_server() {
+  local port log
+  port=$(free_port)
+  log=target/bench/llama-server-$port.log
   LD_LIBRARY_PATH=.llama-server/bin .llama-server/bin/llama-server -m "$gguf" --host 127.0.0.1 --port "$port" \
-    --parallel 4 --ctx-size 4096 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 >target/bench/llama-server.log 2>&1 &
-  server_pid=$!
-  if python3 - "$port" <<'PY'
+    "$@" >"$log" 2>&1 &
+  server_pids+=($!)
+  python3 - "$port" <<'PY' || { echo "llama-server $* did not come up (see $log)" >&2; return 1; }
 import sys, time, urllib.request
 url = f"http://127.0.0.1:{sys.argv[1]}/health"
 for _ in range(600):
@@ -43,13 +47,24 @@ for _ in range(600):
     time.sleep(0.2)
 sys.exit(1)
 PY
-  then
-    # llama-server first: every other target's ratios are taken against it.
-    targets=(--target "openai=http://127.0.0.1:$port" --target openai=embedded)
+  started="http://127.0.0.1:$port"
+}
+if scripts/build-llama-server.sh; then
+  gguf=target/bench/qwen2.5-0.5b-f32.gguf
+  if [ ! -f "$gguf" ]; then
+    mkdir -p target/bench
+    ./target/release/models export-gguf qwen2.5-0.5b --type f32 --out "$gguf"
+  fi
+  # At its defaults (only the threads pinned to the embedded server's), then with its prompt
+  # cache off in 4 slots of 1024 positions (the seed's prompts and answers need about 110).
+  if start_llama_server --threads "$(nproc)" && defaults=$started &&
+    start_llama_server --parallel 4 --ctx-size 4096 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 &&
+    no_cache=$started; then
+    # llama-server at its defaults first: every other target's ratios are taken against it.
+    targets=(--target "openai=$defaults" --target "openai=$no_cache" --target openai=embedded)
   else
-    echo "llama-server did not come up (see target/bench/llama-server.log); measuring the embedded server alone" >&2
+    echo "measuring the embedded server alone" >&2
     cleanup
-    server_pid=
   fi
 else
   echo "llama-server unavailable (see above): measuring the embedded server alone" >&2
@@ -58,6 +73,12 @@ fi
 mkdir -p artifacts/bench
 ./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
   --out "artifacts/bench/serving-$(date -u +%Y%m%dT%H%M%SZ).json"
+
+# A ~1,000-token system prompt shared by every request, with short questions (one group of
+# 32, counted with the model's tokenizer): what a prefix cache is for.
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+  --shared-prefix 1:32:1000:24 --max-tokens 32 \
+  --out "artifacts/bench/serving-shared-prefix-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # The same two servers under open-loop load: Poisson arrivals at each rate in turn, the servers
 # taking turns per rate, latency against achieved throughput in one artifact.
@@ -74,11 +95,10 @@ mkdir -p artifacts/bench
 # slots then fill, requests wait for one, and send lateness measures the server's backlog rather
 # than the client (the client prints a note when that happens; client_lateness_s keeps its own part).
 cleanup
-server_pid=
 ./target/release/models generate tiny
 ./target/release/serving-bench serve --manifest manifests/serving-bench/tiny.json --port 0 \
   --max-active 256 --queue 1024 >target/bench/embedded-serve.log 2>&1 &
-server_pid=$!
+server_pids+=($!)
 for _ in $(seq 100); do grep -q 'http://' target/bench/embedded-serve.log && break; sleep 0.2; done
 url=$(grep -o 'http://[0-9.:]*' target/bench/embedded-serve.log | head -1)
 ./target/release/serving-bench --target "openai=$url" --request-rate 500 --max-concurrency 256 \

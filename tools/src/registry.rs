@@ -9,4 +9,5 @@ pub static EXPERIMENTS: &[&dyn AnyExperiment] = &[
     &serving_bench::ServingBench,
     &decode_scaling::DecodeScaling,
     &engine_bench::EngineBench,
+    &prefix_cache::PrefixCache,
 ];

@@ -22,9 +22,21 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
     let mut runs = Vec::new();
     for round in 0..2 {
         for config in [
-            RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2, kv_budget: None },
-            RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None },
-            RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 3, kv_budget: None },
+            RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2, kv_budget: None, prefix_cache: false },
+            RunConfig {
+                policy: Policy::Interleave,
+                chunk_size: Some(64),
+                max_active: 2,
+                kv_budget: None,
+                prefix_cache: false,
+            },
+            RunConfig {
+                policy: Policy::Batched,
+                chunk_size: Some(64),
+                max_active: 3,
+                kv_budget: None,
+                prefix_cache: false,
+            },
         ] {
             let out = schedule::run(&model, &jobs, config).unwrap();
             let requests: Vec<RequestRecord> = request_metrics(&out.timeline)
@@ -53,6 +65,7 @@ fn fresh_tiny_artifact(dir: &Path) -> PathBuf {
                 output_tokens_per_s: output_tokens_per_s(&requests, out.elapsed_ms),
                 peak_rss_bytes: out.peak_rss_bytes,
                 kv_budget: config.kv_budget,
+                prefix_cache: config.prefix_cache,
                 peak_kv_bytes: out.peak_kv_bytes,
                 kv_pool_bytes: out.kv_pool_bytes,
                 requests,

@@ -145,7 +145,13 @@ fn the_batched_policy_steps_every_decode_and_fills_its_budget_with_prefill() {
         .map(|(i, prompt_ids)| Job { id: format!("job-{i}"), prompt_ids, max_new_tokens: 5, arrival_ms: 0.0 })
         .collect();
     let budget = 8;
-    let config = RunConfig { policy: Policy::Batched, chunk_size: Some(budget), max_active: 3, kv_budget: None };
+    let config = RunConfig {
+        policy: Policy::Batched,
+        chunk_size: Some(budget),
+        max_active: 3,
+        kv_budget: None,
+        prefix_cache: false,
+    };
     let outcome = schedule::run(&model, &jobs, config).unwrap();
     // Group the timeline into forwards (the entries of one forward share their times).
     let mut steps: Vec<Vec<&schedule::TimelineStep>> = Vec::new();
@@ -185,7 +191,7 @@ fn the_batched_policy_steps_every_decode_and_fills_its_budget_with_prefill() {
     let fifo = schedule::run(
         &model,
         &jobs,
-        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None },
+        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None, prefix_cache: false },
     )
     .unwrap();
     let ids = |t: &[schedule::TimelineStep]| request_metrics(t).into_iter().map(|m| m.output_ids).collect::<Vec<_>>();

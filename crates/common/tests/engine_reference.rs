@@ -67,7 +67,7 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
         for chunk_size in [Some(1), Some(7), Some(64), None] {
             for (max_active, kv_budget) in [(1, None), (2, None), (3, None), (3, Some(tight)), (2, Some(tight + tile))]
             {
-                let config = RunConfig { policy, chunk_size, max_active, kv_budget };
+                let config = RunConfig { policy, chunk_size, max_active, kv_budget, prefix_cache: false };
                 let outcome = schedule::run(&model, &jobs, config).unwrap();
                 preempted += outcome.timeline.iter().filter(|s| s.kind == common::session::StepKind::Preempt).count();
                 assert!(outcome.peak_kv_bytes <= outcome.kv_pool_bytes, "{config:?}: the budget is kept");
@@ -121,16 +121,34 @@ fn policies_order_steps_as_the_seed_describes() {
         seq
     };
     // fifo: each job runs to completion, in arrival order.
-    let fifo = order(RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 2, kv_budget: None });
+    let fifo = order(RunConfig {
+        policy: Policy::Fifo,
+        chunk_size: None,
+        max_active: 2,
+        kv_budget: None,
+        prefix_cache: false,
+    });
     assert_eq!(fifo, vec!["long-document", "interactive-a", "interactive-b"]);
     // interleave: long and a alternate until a finishes, then b joins.
-    let inter = order(RunConfig { policy: Policy::Interleave, chunk_size: None, max_active: 2, kv_budget: None });
+    let inter = order(RunConfig {
+        policy: Policy::Interleave,
+        chunk_size: None,
+        max_active: 2,
+        kv_budget: None,
+        prefix_cache: false,
+    });
     assert_eq!(&inter[..4], ["long-document", "interactive-a", "long-document", "interactive-a"]);
     // chunked: interactive-a gets its first token before long-document's prefill ends.
     let outcome = schedule::run(
         &model,
         &jobs,
-        RunConfig { policy: Policy::Interleave, chunk_size: Some(64), max_active: 2, kv_budget: None },
+        RunConfig {
+            policy: Policy::Interleave,
+            chunk_size: Some(64),
+            max_active: 2,
+            kv_budget: None,
+            prefix_cache: false,
+        },
     )
     .unwrap();
     let m = request_metrics(&outcome.timeline);
@@ -187,13 +205,30 @@ fn greedy_ids_after_long_prompts_equal_transformers_whole_chunked_and_preempted(
     let tile = common::kernel::TILE;
     let longest = (8192 + 8usize).div_ceil(tile) * tile;
     let configs = [
-        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None },
-        RunConfig { policy: Policy::Batched, chunk_size: Some(512), max_active: 3, kv_budget: None },
+        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None, prefix_cache: false },
+        RunConfig {
+            policy: Policy::Batched,
+            chunk_size: Some(512),
+            max_active: 3,
+            kv_budget: None,
+            prefix_cache: false,
+        },
         RunConfig {
             policy: Policy::Interleave,
             chunk_size: Some(512),
             max_active: 3,
             kv_budget: Some(longest + 4 * tile),
+            prefix_cache: false,
+        },
+        // The prompts are prefixes of one text: with reuse, the 4k prompt takes the 1k one's
+        // blocks and the 8k prompt the 4k one's, and under the tight budget they also evict.
+        RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None, prefix_cache: true },
+        RunConfig {
+            policy: Policy::Interleave,
+            chunk_size: Some(512),
+            max_active: 3,
+            kv_budget: Some(longest + 4 * tile),
+            prefix_cache: true,
         },
     ];
     let mut preempted = 0;
@@ -205,6 +240,58 @@ fn greedy_ids_after_long_prompts_equal_transformers_whole_chunked_and_preempted(
             let ours = metrics.iter().find(|m| m.id == r.id).unwrap();
             assert_eq!(ours.output_ids, r.output_ids, "{config:?} job {}", r.id);
         }
+        let reused: Vec<usize> =
+            jobs.iter().map(|j| outcome.timeline.iter().filter(|s| s.job == j.id).map(|s| s.reused).sum()).collect();
+        if !config.prefix_cache {
+            assert_eq!(reused, [0, 0, 0], "{config:?}");
+        } else if config.policy == Policy::Fifo {
+            assert_eq!(reused, [0, 1024, 4096], "each prompt takes the one before it whole");
+        }
     }
     assert!(preempted > 0, "the tight budget preempted a long request");
+}
+
+#[test]
+fn greedy_ids_equal_transformers_with_prefix_reuse_under_every_policy() {
+    let model = LoadedModel::load(&support::tiny_dir()).unwrap();
+    let reference = reference();
+    // Every reference job twice, the copy arriving with the original.
+    let jobs: Vec<Job> = [false, true]
+        .into_iter()
+        .flat_map(|copy| {
+            let params = common::schedule::seed_workload();
+            let reference = &reference;
+            params.jobs.into_iter().map(move |j| Job {
+                id: if copy { format!("{}#2", j.id) } else { j.id.clone() },
+                prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
+                max_new_tokens: j.max_new_tokens,
+                arrival_ms: 0.0,
+            })
+        })
+        .collect();
+    let tile = common::kernel::TILE;
+    let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
+    let long = &reference.jobs.iter().find(|r| r.id == "long-document").unwrap().prompt_ids;
+    for policy in Policy::ALL {
+        for chunk_size in [Some(7), None] {
+            for (max_active, kv_budget) in [(1, None), (3, None), (2, Some(tight))] {
+                let config = RunConfig { policy, chunk_size, max_active, kv_budget, prefix_cache: true };
+                let outcome = schedule::run(&model, &jobs, config).unwrap();
+                assert!(outcome.peak_kv_bytes <= outcome.kv_pool_bytes, "{config:?}: the budget is kept");
+                let metrics = request_metrics(&outcome.timeline);
+                assert_eq!(metrics.len(), 6);
+                for m in &metrics {
+                    let r = reference.jobs.iter().find(|r| r.id == m.id.trim_end_matches("#2")).unwrap();
+                    assert_eq!(m.output_ids, r.output_ids, "{config:?} job {}", m.id);
+                }
+                // One at a time, the copy finds the original's prompt cached: every whole block
+                // of it before its last token.
+                if max_active == 1 {
+                    let first = outcome.timeline.iter().find(|s| s.job == "long-document#2").unwrap();
+                    assert_eq!(first.reused, (long.len() - 1) / tile * tile, "{config:?}");
+                    assert_eq!(first.position, first.reused);
+                }
+            }
+        }
+    }
 }

@@ -4,8 +4,9 @@
 //! - [`template`], [`load`]: the chat template and the loaded model with its tokenizer.
 //! - [`qwen`], [`kernel`], [`greedy`], [`memory`]: the Qwen2 forward, its CPU kernels, the greedy
 //!   screen, and where weights and caches live.
-//! - [`session`], [`policy`], [`stepper`], [`schedule`]: one request's KV cache, which requests
-//!   step next, the one stepping loop, and a job list replayed through it on a timeline.
+//! - [`session`], [`prefix`], [`policy`], [`stepper`], [`schedule`]: one request's KV cache, the
+//!   prefix cache's index, which requests step next, the one stepping loop, and a job list
+//!   replayed through it on a timeline.
 //!
 //! Imports only [`supply`]; knows nothing of records or experiments.
 
@@ -14,6 +15,7 @@ pub mod kernel;
 pub mod load;
 pub mod memory;
 pub mod policy;
+pub mod prefix;
 pub mod qwen;
 pub mod schedule;
 pub mod session;

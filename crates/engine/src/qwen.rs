@@ -201,28 +201,52 @@ pub struct Qwen2 {
 /// positions: [`kernel::attend_each`]) and the values `blocks × kv_heads × TILE × head_dim`.
 /// A block is taken when a cache first writes one of its positions and given back when the cache
 /// is cleared or dropped, so what the pool holds is what its caches use, never more than its
-/// blocks: a budget.
+/// blocks: a budget. A pool that reuses prefixes ([`Qwen2::kv_pool`]) keeps every full block
+/// its caches filled in its prefix cache ([`crate::prefix`]) after they give it back, and takes
+/// the least recently used of those back only when it has no free block left.
 pub struct KvPool {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     blocks: usize,
     block_bytes: usize,
-    /// Free blocks, taken from the end.
-    free: std::sync::Mutex<Vec<u32>>,
+    /// Whether full blocks are kept and shared by content.
+    reuse: bool,
+    state: std::sync::Mutex<Blocks>,
     /// The most blocks in use at once since the pool was made.
     peak: std::sync::atomic::AtomicUsize,
 }
 
+/// Where every block of a pool is: free, or in the prefix cache (held or idle), or else held
+/// by one cache as its own.
+struct Blocks {
+    /// Free blocks, taken from the end.
+    free: Vec<u32>,
+    prefix: crate::prefix::PrefixTree,
+}
+
+impl Blocks {
+    /// Blocks a cache could take now: the free ones and the cached ones no session holds.
+    fn available(&self) -> usize {
+        self.free.len() + self.prefix.idle()
+    }
+}
+
 impl KvPool {
+    fn state(&self) -> std::sync::MutexGuard<'_, Blocks> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Its blocks, in use or free.
     pub fn blocks(&self) -> usize {
         self.blocks
     }
 
+    /// Blocks a cache could take now: free, or cached and held by no session (evicted on demand).
     pub fn free_blocks(&self) -> usize {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.state().available()
     }
 
+    /// Blocks sessions hold (their own, and the cached ones they use).
     pub fn used_blocks(&self) -> usize {
         self.blocks - self.free_blocks()
     }
@@ -237,33 +261,68 @@ impl KvPool {
         self.peak.load(std::sync::atomic::Ordering::Relaxed) * self.block_bytes
     }
 
-    /// `n` free blocks, or none when fewer are free.
+    /// Whether it keeps full blocks for reuse by later prompts with the same prefix.
+    pub fn reuses_prefixes(&self) -> bool {
+        self.reuse
+    }
+
+    /// What its prefix cache did so far (all zero for a pool that does not reuse).
+    pub fn prefix_stats(&self) -> crate::prefix::PrefixStats {
+        self.state().prefix.stats()
+    }
+
+    /// `n` blocks, free or evicted from the prefix cache, or none when fewer are available.
     fn take(&self, n: usize) -> Option<Vec<u32>> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let at = free.len().checked_sub(n)?;
-        let taken = free.split_off(at);
-        self.peak.fetch_max(self.blocks - free.len(), std::sync::atomic::Ordering::Relaxed);
+        let mut state = self.state();
+        if state.available() < n {
+            return None;
+        }
+        while state.free.len() < n {
+            let block = state.prefix.evict().expect("an idle block is evictable");
+            state.free.push(block);
+        }
+        let at = state.free.len() - n;
+        let taken = state.free.split_off(at);
+        self.peak.fetch_max(self.blocks - state.available(), std::sync::atomic::Ordering::Relaxed);
         Some(taken)
     }
 
-    fn give(&self, blocks: impl IntoIterator<Item = u32>) {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).extend(blocks);
+    /// Gives back a cache's blocks, of which the first `shared` are in the prefix cache.
+    fn give(&self, blocks: impl IntoIterator<Item = u32>, shared: usize) {
+        let mut state = self.state();
+        for (i, block) in blocks.into_iter().enumerate() {
+            if i >= shared || !state.prefix.release(block) {
+                state.free.push(block);
+            }
+        }
+    }
+
+    /// The cached blocks holding the longest prefix of `tokens` in whole blocks, now held by
+    /// the caller; none from a pool that does not reuse.
+    fn lookup(&self, tokens: &[u32]) -> Vec<u32> {
+        if !self.reuse {
+            return Vec::new();
+        }
+        self.state().prefix.lookup(tokens, kernel::TILE)
     }
 }
 
 /// One session's keys and values, filled from position 0 up to `len`, in blocks of its pool
 /// ([`KvPool`]): tile `t` of its positions lives in block `blocks[t]`. It holds the blocks its
-/// positions need, at most `capacity` positions' worth.
+/// positions need, at most `capacity` positions' worth. Its first `shared` blocks are in the
+/// pool's prefix cache (found there, or put there once full); only positions past them are
+/// ever written.
 pub struct Cache {
     pool: std::sync::Arc<KvPool>,
     blocks: Vec<u32>,
     len: usize,
     capacity: usize,
+    shared: usize,
 }
 
 impl Drop for Cache {
     fn drop(&mut self) {
-        self.pool.give(self.blocks.drain(..));
+        self.pool.give(self.blocks.drain(..), self.shared);
     }
 }
 
@@ -305,15 +364,54 @@ impl Cache {
     /// Gives every block back and forgets every position: a preempted session's cache, to be
     /// filled again from position 0.
     pub fn clear(&mut self) {
-        self.pool.give(self.blocks.drain(..));
+        self.pool.give(self.blocks.drain(..), self.shared);
         self.len = 0;
+        self.shared = 0;
+    }
+
+    /// Takes from the pool's prefix cache the longest cached prefix of `tokens` (whole blocks)
+    /// into this empty cache, and returns the positions it now holds; 0 from a pool that does
+    /// not reuse, or a cache that holds something already.
+    pub(crate) fn attach(&mut self, tokens: &[u32]) -> usize {
+        if !self.blocks.is_empty() || self.len > 0 {
+            return 0;
+        }
+        let tokens = &tokens[..tokens.len().min(self.capacity)];
+        self.blocks = self.pool.lookup(tokens);
+        self.shared = self.blocks.len();
+        self.len = self.shared * kernel::TILE;
+        self.len
+    }
+
+    /// Puts its full blocks past the shared ones into the pool's prefix cache; `tokens` are the
+    /// ids at its positions (at least `len` of them). A block whose tokens after the same prefix
+    /// are cached already is swapped for the cached one (the same bits) and given back.
+    pub(crate) fn share(&mut self, tokens: &[u32]) {
+        if !self.pool.reuse {
+            return;
+        }
+        let full = self.len.min(tokens.len()) / kernel::TILE;
+        if self.shared >= full {
+            return;
+        }
+        let mut state = self.pool.state();
+        while self.shared < full {
+            let t = self.shared;
+            let parent = t.checked_sub(1).map(|p| self.blocks[p]);
+            let key = &tokens[t * kernel::TILE..(t + 1) * kernel::TILE];
+            if let Err(cached) = state.prefix.insert(parent, key, self.blocks[t]) {
+                state.free.push(self.blocks[t]);
+                self.blocks[t] = cached;
+            }
+            self.shared += 1;
+        }
     }
 
     /// Forgets the positions from `len` on: a forward that failed part way may have written
     /// some of them (the length only advances once every layer has), and a retry from `len`
     /// overwrites them exactly. The blocks stay taken.
     pub(crate) fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.len = self.len.min(len).max(self.shared * kernel::TILE);
     }
 
     /// Marks the first `len` positions as filled without computing them: for benchmarks that time
@@ -499,8 +597,8 @@ impl Qwen2 {
     }
 
     /// A pool of `blocks` blocks for this model's caches (allocated zeroed, its pages resident
-    /// once written).
-    pub fn kv_pool(&self, blocks: usize) -> Result<std::sync::Arc<KvPool>> {
+    /// once written), keeping full blocks for reuse by content when `reuse` is set.
+    pub fn kv_pool(&self, blocks: usize, reuse: bool) -> Result<std::sync::Arc<KvPool>> {
         let (kv_heads, d, tile) = (self.kv_heads, self.head_dim, kernel::TILE);
         let mut k = Vec::with_capacity(self.layers.len());
         let mut v = Vec::with_capacity(self.layers.len());
@@ -515,21 +613,25 @@ impl Qwen2 {
             v,
             blocks,
             block_bytes: self.block_bytes(),
-            free: std::sync::Mutex::new((0..blocks_u32).rev().collect()),
+            reuse,
+            state: std::sync::Mutex::new(Blocks {
+                free: (0..blocks_u32).rev().collect(),
+                prefix: crate::prefix::PrefixTree::default(),
+            }),
             peak: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 
     /// An empty cache in `pool` for up to `capacity` positions, taking blocks as it fills.
     pub fn cache_in(&self, pool: &std::sync::Arc<KvPool>, capacity: usize) -> Cache {
-        Cache { pool: pool.clone(), blocks: Vec::new(), len: 0, capacity: capacity.min(self.max_positions) }
+        Cache { pool: pool.clone(), blocks: Vec::new(), len: 0, capacity: capacity.min(self.max_positions), shared: 0 }
     }
 
     /// A cache for up to `capacity` positions in a pool of its own, every block taken at once:
     /// what a session alone or a benchmark needs, which can never run out.
     pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
         let capacity = capacity.min(self.max_positions);
-        let pool = self.kv_pool(capacity.div_ceil(kernel::TILE))?;
+        let pool = self.kv_pool(capacity.div_ceil(kernel::TILE), false)?;
         let mut cache = self.cache_in(&pool, capacity);
         cache.reserve(capacity)?;
         Ok(cache)
@@ -726,5 +828,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A cache in `pool` for `tokens`: the cached prefix taken (all but the last token may be),
+    /// the rest computed and its full blocks shared; returns the positions reused and the last
+    /// position's logits.
+    fn run(model: &Qwen2, pool: &std::sync::Arc<KvPool>, tokens: &[u32]) -> (usize, Vec<f32>) {
+        let mut cache = model.cache_in(pool, 512);
+        let reused = cache.attach(&tokens[..tokens.len() - 1]);
+        let logits = model.forward(&mut cache, &tokens[reused..]).unwrap().to_vec1::<f32>().unwrap();
+        cache.share(tokens);
+        (reused, logits)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn a_cached_prefix_gives_the_logits_computing_it_gives_bit_for_bit() {
+        let (_tmp, loaded) = crate::stepper::tests::tiny();
+        let model = &loaded.model;
+        let first: Vec<u32> = (1..=200).collect();
+        // Shares 150 tokens with the first: two whole blocks.
+        let second: Vec<u32> = first[..150].iter().copied().chain(300..340).collect();
+        let pool = model.kv_pool(16, true).unwrap();
+        assert_eq!(run(model, &pool, &first).0, 0, "an empty cache has nothing to give");
+        assert_eq!(pool.used_blocks(), 0, "a dropped cache's blocks are idle in the prefix cache");
+        let (reused, hit) = run(model, &pool, &second);
+        assert_eq!(reused, 2 * kernel::TILE);
+        let alone = model.kv_pool(16, false).unwrap();
+        let (none, computed) = run(model, &alone, &second);
+        assert_eq!(none, 0, "a pool that does not reuse finds nothing");
+        assert_eq!(bits(&hit), bits(&computed), "the reused keys and values are the computed ones");
+        // The same prompt again: everything but its last block's partial tail comes cached.
+        let (again, logits) = run(model, &pool, &first);
+        assert_eq!(again, 3 * kernel::TILE);
+        assert_eq!(bits(&logits), bits(&run(model, &alone, &first).1));
+        let s = pool.prefix_stats();
+        assert_eq!((s.queries, s.hits, s.reused_tokens, s.evictions), (3, 2, 5 * kernel::TILE as u64, 0));
+        assert_eq!(alone.prefix_stats(), crate::prefix::PrefixStats::default());
+    }
+
+    #[test]
+    fn cached_blocks_give_way_to_new_work_and_the_budget_is_kept() {
+        let (_tmp, loaded) = crate::stepper::tests::tiny();
+        let model = &loaded.model;
+        let pool = model.kv_pool(4, true).unwrap();
+        let first: Vec<u32> = (1..=200).collect();
+        run(model, &pool, &first);
+        // Three full blocks stay cached, idle: all four blocks can be taken.
+        assert_eq!((pool.free_blocks(), pool.prefix_stats().cached_blocks), (4, 3));
+        let other: Vec<u32> = (500..756).collect();
+        let (reused, _) = run(model, &pool, &other);
+        assert_eq!(reused, 0);
+        let s = pool.prefix_stats();
+        assert_eq!(s.evictions, 3, "the cached blocks were taken back for the new prompt");
+        assert_eq!(s.cached_blocks, 4, "whose own four full blocks are cached now");
+        assert_eq!(pool.peak_bytes(), 4 * pool.block_bytes());
+        assert_eq!(run(model, &pool, &first).0, 0, "the first prompt's blocks are gone");
     }
 }

@@ -58,7 +58,8 @@ pub struct SeedWorkload {
 pub fn seed_workload() -> SeedWorkload {
     const LONG_SENTENCE: &str = "Source files define functions and their dependencies. ";
     let job = |id: &str, prompt: String, cap| JobSpec { id: id.into(), prompt, max_new_tokens: cap, arrival_ms: 0.0 };
-    let run = |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2, kv_budget: None };
+    let run =
+        |policy, chunk_size| RunConfig { policy, chunk_size, max_active: 2, kv_budget: None, prefix_cache: false };
     SeedWorkload {
         jobs: vec![
             job("long-document", format!("{} Summarize the use of caching.", LONG_SENTENCE.repeat(24)), 16),
@@ -99,6 +100,10 @@ pub struct RunConfig {
     /// length at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_budget: Option<usize>,
+    /// Whether the KV pool keeps full blocks for later prompts with the same prefix
+    /// ([`crate::prefix`]): a job then prefills only past its longest cached prefix.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_cache: bool,
 }
 
 /// One job's part of one step on the timeline. Times are milliseconds from the scheduler's
@@ -120,6 +125,14 @@ pub struct TimelineStep {
     /// Jobs in the forward this step ran in (1 for the serial policies).
     #[serde(default = "one")]
     pub batch: usize,
+    /// Positions taken from the prefix cache just before this step (its `position` first ones;
+    /// only on a job's first prefill step, or its first after a preemption).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reused: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn one() -> usize {
@@ -231,7 +244,7 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         }
         None => jobs.iter().map(whole).sum(),
     };
-    let pool = model.model.kv_pool(blocks)?;
+    let pool = model.model.kv_pool(blocks, config.prefix_cache)?;
     let mut order: Vec<&Job> = jobs.iter().collect();
     order.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
     let mut pending = order.into_iter().peekable();
@@ -275,6 +288,7 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
                 end_ms: since(start, times.ended),
                 token: outcome.token,
                 batch: times.batch,
+                reused: outcome.reused,
             })
         });
         if let Some((_, _, error)) = stepped.failed.into_iter().next() {
@@ -314,6 +328,7 @@ mod tests {
             end_ms: end,
             token,
             batch: 1,
+            reused: 0,
         }
     }
 

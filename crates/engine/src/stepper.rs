@@ -283,12 +283,13 @@ fn guarded(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::load::LoadedModel;
     use crate::session::StepKind;
 
-    fn tiny() -> (tempfile::TempDir, LoadedModel) {
+    /// The generated `tiny` checkpoint, loaded (the folder lives as long as the guard).
+    pub(crate) fn tiny() -> (tempfile::TempDir, LoadedModel) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("tiny");
         supply::generate::generate_into(&supply::generate::shape("tiny").unwrap(), &dir, false).unwrap();
@@ -375,7 +376,7 @@ mod tests {
         // Each job: a prompt past one block and a cap that crosses into a third.
         let run = |pool: Option<usize>| {
             let mut s = Stepper::new(Policy::Batched, Some(16), 3);
-            let kv = pool.map(|blocks| model.model.kv_pool(blocks).unwrap());
+            let kv = pool.map(|blocks| model.model.kv_pool(blocks, false).unwrap());
             if let Some(kv) = &kv {
                 s = s.with_pool(kv.clone());
             }

@@ -270,8 +270,12 @@ fn streaming(content_type: &'static str, body: Body) -> Response {
     response
 }
 
+/// The final counts, with OpenAI's `prompt_tokens_details.cached_tokens`: prompt tokens the
+/// prefix cache held.
 fn usage(d: &Finished) -> Value {
-    usage_counts(d.prompt_tokens, d.output_ids.len())
+    let mut usage = usage_counts(d.prompt_tokens, d.output_ids.len());
+    usage["prompt_tokens_details"] = json!({"cached_tokens": d.cached_tokens});
+    usage
 }
 
 fn usage_counts(prompt: usize, completion: usize) -> Value {
@@ -450,6 +454,13 @@ async fn ollama_show(State(state): State<Arc<AppState>>, body: Bytes) -> Respons
     .into_response()
 }
 
+/// The prefix cache's counts as `/health` reports them; `enabled` false with `--no-prefix-cache`.
+fn prefix_cache(kv: &common::qwen::KvPool) -> serde_json::Value {
+    let mut counts = serde_json::to_value(kv.prefix_stats()).unwrap_or_default();
+    counts["enabled"] = json!(kv.reuses_prefixes());
+    counts
+}
+
 /// The engine's real state: 200 while its thread runs, 503 once it has ended.
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     let e = &state.engine;
@@ -470,6 +481,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             "block_bytes": state.kv.block_bytes(), "budget_bytes": state.kv.blocks() * state.kv.block_bytes(),
             "peak_bytes": state.kv.peak_bytes(), "preemptions": e.preemptions.load(Ordering::SeqCst),
         },
+        "prefix_cache": prefix_cache(&state.kv),
         "connections": {
             "open": c.open.load(Ordering::SeqCst), "max": c.max.load(Ordering::SeqCst),
             "refused": c.refused.load(Ordering::SeqCst), "timed_out": c.timed_out.load(Ordering::SeqCst),

@@ -39,6 +39,8 @@ pub(crate) enum Event {
 pub(crate) struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
+    /// Prompt tokens found in the prefix cache at its first prefill, so not computed.
+    pub cached_tokens: usize,
     pub output_ids: Vec<u32>,
     /// Time in steps that prefilled the prompt.
     pub prompt_eval: Duration,
@@ -82,6 +84,8 @@ struct Active {
     text: Detokenizer,
     prompt_eval: Duration,
     eval: Duration,
+    /// Prompt tokens its first prefill found cached (`None` before that step).
+    cached: Option<usize>,
 }
 
 /// Runs until every queue sender is gone and the last admitted request has ended.
@@ -145,8 +149,13 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                 break;
             }
             state.active.fetch_add(1, Ordering::SeqCst);
-            let active =
-                Active { job, text: Detokenizer::default(), prompt_eval: Duration::ZERO, eval: Duration::ZERO };
+            let active = Active {
+                job,
+                text: Detokenizer::default(),
+                prompt_eval: Duration::ZERO,
+                eval: Duration::ZERO,
+                cached: None,
+            };
             stepper.admit(active, session);
         }
         // A request waiting for blocks whose client left goes now.
@@ -192,6 +201,7 @@ impl Active {
         let took = times.ended - times.started;
         if outcome.kind == StepKind::Prefill {
             self.prompt_eval += took;
+            self.cached.get_or_insert(outcome.reused);
         }
         if outcome.token.is_some() {
             self.eval += took;
@@ -209,6 +219,7 @@ impl Active {
         let done = Finished {
             reason: session.finish_reason().unwrap_or(FinishReason::Length),
             prompt_tokens: session.prompt_len(),
+            cached_tokens: self.cached.unwrap_or(0),
             output_ids: session.output().to_vec(),
             prompt_eval: self.prompt_eval,
             eval: self.eval,

@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// request: admission waits for blocks, and a step that needs more than are free preempts
     /// the most recently admitted requests. `None`: [`default_kv_budget`].
     pub kv_budget: Option<usize>,
+    /// Whether the KV pool keeps full blocks for later prompts with the same prefix
+    /// ([`common::prefix`]): a request then prefills only past its longest cached prefix. On by
+    /// default, as llama-server, vLLM and SGLang reuse.
+    pub prefix_cache: bool,
     /// Test seam, see [`StepHook`]; `None` outside tests.
     pub step_hook: Option<StepHook>,
 }
@@ -85,6 +89,7 @@ impl ServerConfig {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             kv_budget: None,
+            prefix_cache: true,
             step_hook: None,
         }
     }
@@ -149,7 +154,10 @@ pub async fn spawn(
     let (jobs_tx, jobs_rx) = mpsc::channel(config.queue.max(1));
     let engine = Arc::new(EngineState::default());
     let budget = config.kv_budget.unwrap_or_else(|| default_kv_budget(&model, config.max_active.max(1)));
-    let kv = model.model.kv_pool((budget / common::kernel::TILE).max(1)).map_err(std::io::Error::other)?;
+    let kv = model
+        .model
+        .kv_pool((budget / common::kernel::TILE).max(1), config.prefix_cache)
+        .map_err(std::io::Error::other)?;
     let settings = Settings {
         policy: config.policy,
         max_active: config.max_active.max(1),

@@ -333,7 +333,13 @@ async fn the_server_computes_the_schedulers_ids_under_every_policy() {
         seed.jobs.iter().map(|j| common::schedule::Job::from_spec(&model, j).unwrap()).collect();
     let http = reqwest::Client::new();
     for policy in Policy::ALL {
-        let config = common::schedule::RunConfig { policy, chunk_size: None, max_active: 2, kv_budget: None };
+        let config = common::schedule::RunConfig {
+            policy,
+            chunk_size: None,
+            max_active: 2,
+            kv_budget: None,
+            prefix_cache: false,
+        };
         let outcome = common::schedule::run(&model, &jobs, config).unwrap();
         let expected = common::schedule::request_metrics(&outcome.timeline);
         let running = spawn(
@@ -568,4 +574,37 @@ async fn connections_past_the_bound_are_answered_503_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     s.stop().await;
+}
+
+/// A prompt sent again is prefilled only past its cached prefix (OpenAI's `cached_tokens` says
+/// how much: its whole blocks before its last token), answers the same, and `/health` counts
+/// it; with the cache off (`--no-prefix-cache`) nothing is reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_prompt_reuses_its_cached_prefix_and_answers_the_same() {
+    let http = reqwest::Client::new();
+    let content = "Explain cache invalidation. ".repeat(40);
+    let long = json!({"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": 6});
+    let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let mut answers = Vec::new();
+    for reuse in [true, false] {
+        let (s, base, _tmp) = server(|c| c.prefix_cache = reuse).await;
+        let url = format!("{base}/v1/chat/completions");
+        let (_, first) = post(&http, url.clone(), &long).await;
+        let (_, again) = post(&http, url, &long).await;
+        let prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(prompt > 128, "{first}");
+        let expected = if reuse { (prompt - 1) / 64 * 64 } else { 0 };
+        assert_eq!((cached(&first), cached(&again)), (0, expected), "reuse {reuse}: {again}");
+        let p = health(&http, &base).await["prefix_cache"].clone();
+        assert_eq!(
+            (p["enabled"].as_bool(), p["queries"].as_u64()),
+            (Some(reuse), Some(if reuse { 2 } else { 0 })),
+            "{p}"
+        );
+        assert_eq!((p["hits"].as_u64(), p["reused_tokens"].as_u64()), (Some(u64::from(reuse)), Some(expected)), "{p}");
+        answers.push(first["choices"][0]["message"]["content"].clone());
+        answers.push(again["choices"][0]["message"]["content"].clone());
+        s.stop().await;
+    }
+    assert!(answers.windows(2).all(|w| w[0] == w[1]), "reuse changes no answer: {answers:?}");
 }

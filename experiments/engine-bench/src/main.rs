@@ -235,7 +235,13 @@ fn run(args: Args) -> Result<()> {
     // The scheduler's own cost under the seed's runs and continuous batching.
     let seed = common::schedule::seed_workload();
     let jobs: Vec<Job> = seed.jobs.iter().map(|j| Job::from_spec(model, j)).collect::<Result<_, _>>()?;
-    let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2, kv_budget: None };
+    let batched = RunConfig {
+        policy: Policy::Batched,
+        chunk_size: Some(64),
+        max_active: 2,
+        kv_budget: None,
+        prefix_cache: false,
+    };
     let mut overhead = Vec::new();
     for config in seed.runs.iter().chain([&batched]) {
         let out = schedule::run(model, &jobs, *config)?;

@@ -12,8 +12,14 @@ const RUN_METRICS: [&str; 2] = ["output_tokens_per_s", "elapsed_ms"];
 
 /// A run configuration's name in claims: the policy, `-chunk<N>` for chunked prefill,
 /// `-active<N>` unless it admits the seed's two at a time, and `-kv<N>` under a KV budget of `N`
-/// positions (`interleave-chunk64`, `batched-chunk64-kv320`).
-pub fn run_label(policy: &str, chunk_size: Option<u64>, max_active: u64, kv_budget: Option<u64>) -> String {
+/// positions, `-prefix` with prefix reuse (`interleave-chunk64`, `batched-chunk64-kv320-prefix`).
+pub fn run_label(
+    policy: &str,
+    chunk_size: Option<u64>,
+    max_active: u64,
+    kv_budget: Option<u64>,
+    prefix_cache: bool,
+) -> String {
     let mut label = policy.to_string();
     if let Some(c) = chunk_size {
         label.push_str(&format!("-chunk{c}"));
@@ -23,6 +29,9 @@ pub fn run_label(policy: &str, chunk_size: Option<u64>, max_active: u64, kv_budg
     }
     if let Some(b) = kv_budget {
         label.push_str(&format!("-kv{b}"));
+    }
+    if prefix_cache {
+        label.push_str("-prefix");
     }
     label
 }
@@ -41,6 +50,7 @@ pub(crate) fn vocabulary(p: &Parameters) -> Vocabulary {
                     r.chunk_size.map(|c| c as u64),
                     r.max_active as u64,
                     r.kv_budget.map(|b| b as u64),
+                    r.prefix_cache,
                 )
             })
             .collect(),
@@ -54,7 +64,8 @@ pub(crate) fn observations(artifact: &Value) -> Vec<Observation> {
         let Some(policy) = run.get("policy").and_then(Value::as_str) else { continue };
         let chunk = run.get("chunk_size").and_then(Value::as_u64);
         let max_active = run.get("max_active").and_then(Value::as_u64).unwrap_or(2);
-        let label = run_label(policy, chunk, max_active, run.get("kv_budget").and_then(Value::as_u64));
+        let prefix_cache = run.get("prefix_cache").and_then(Value::as_bool).unwrap_or(false);
+        let label = run_label(policy, chunk, max_active, run.get("kv_budget").and_then(Value::as_u64), prefix_cache);
         // The seed records one run per configuration and no round.
         let round = run.get("round").and_then(Value::as_u64).unwrap_or(0) as usize;
         let mut push = |request: Option<&str>, metric: &str, value: Option<f64>| {
@@ -88,10 +99,11 @@ mod tests {
 
     #[test]
     fn labels_name_chunking_and_unusual_admission() {
-        assert_eq!(run_label("fifo", None, 2, None), "fifo");
-        assert_eq!(run_label("interleave", Some(64), 2, None), "interleave-chunk64");
-        assert_eq!(run_label("batched", Some(64), 4, None), "batched-chunk64-active4");
-        assert_eq!(run_label("batched", Some(64), 2, Some(320)), "batched-chunk64-kv320");
+        assert_eq!(run_label("fifo", None, 2, None, false), "fifo");
+        assert_eq!(run_label("interleave", Some(64), 2, None, false), "interleave-chunk64");
+        assert_eq!(run_label("batched", Some(64), 4, None, false), "batched-chunk64-active4");
+        assert_eq!(run_label("batched", Some(64), 2, Some(320), false), "batched-chunk64-kv320");
+        assert_eq!(run_label("fifo", None, 2, Some(320), true), "fifo-kv320-prefix");
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub struct Args {
     /// blocks and are preempted when a step needs more than are free [default: the manifest's].
     #[arg(long, value_name = "POSITIONS", value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
     pub kv_budget: Option<u64>,
+    /// Keep full KV blocks for later jobs whose prompts start with the same tokens, in every run
+    /// (each run starts with an empty cache) [default: the manifest's].
+    #[arg(long)]
+    pub prefix_cache: bool,
 }
 
 /// Applies the command-line overrides to the manifest's parameters.
@@ -56,15 +60,25 @@ impl CommandLine for Args {
             };
             let max_active = base.runs.first().map(|r| r.max_active).unwrap_or(2);
             let kv_budget = base.runs.first().and_then(|r| r.kv_budget);
+            let prefix_cache = base.runs.first().is_some_and(|r| r.prefix_cache);
             p.runs = policies
                 .iter()
                 .flat_map(|&policy| {
-                    chunks.iter().map(move |&chunk_size| RunConfig { policy, chunk_size, max_active, kv_budget })
+                    chunks.iter().map(move |&chunk_size| RunConfig {
+                        policy,
+                        chunk_size,
+                        max_active,
+                        kv_budget,
+                        prefix_cache,
+                    })
                 })
                 .collect();
         }
         if let Some(b) = args.kv_budget {
             p.runs.iter_mut().for_each(|r| r.kv_budget = Some(b as usize));
+        }
+        if args.prefix_cache {
+            p.runs.iter_mut().for_each(|r| r.prefix_cache = true);
         }
         if let Some(m) = args.max_active {
             p.runs.iter_mut().for_each(|r| r.max_active = m as usize);
@@ -88,6 +102,9 @@ impl CommandLine for Args {
         // Named only when given, so that runs from before the flag read back as they were made.
         if let Some(b) = self.kv_budget {
             requested["kv_budget"] = json!(b);
+        }
+        if self.prefix_cache {
+            requested["prefix_cache"] = json!(true);
         }
         requested
     }

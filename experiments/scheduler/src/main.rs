@@ -97,6 +97,7 @@ fn run(args: Args) -> Result<i32> {
                 output_tokens_per_s: output_tokens_per_s(&requests, outcome.elapsed_ms),
                 peak_rss_bytes: outcome.peak_rss_bytes,
                 kv_budget: config.kv_budget,
+                prefix_cache: config.prefix_cache,
                 peak_kv_bytes: outcome.peak_kv_bytes,
                 kv_pool_bytes: outcome.kv_pool_bytes,
                 requests,

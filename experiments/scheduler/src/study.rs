@@ -220,6 +220,9 @@ pub struct RunRecord {
     /// The run's KV budget in positions (whole blocks of 64), when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_budget: Option<usize>,
+    /// Whether its KV pool reused cached prefixes (see the timeline's `reused`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_cache: bool,
     /// The most bytes the jobs' KV caches held at once, and the pool they shared (the budget, or
     /// room for every job's whole length).
     #[serde(default)]
@@ -240,6 +243,8 @@ pub struct SummaryRow {
     pub max_active: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_budget: Option<usize>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_cache: bool,
     pub id: String,
     pub ttft_ms: Summary,
     pub completion_ms: Summary,
@@ -255,6 +260,8 @@ pub struct ThroughputRow {
     pub max_active: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_budget: Option<usize>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_cache: bool,
     pub output_tokens_per_s: Summary,
     pub elapsed_ms: Summary,
 }
@@ -383,19 +390,20 @@ pub fn rederive(a: &mut SchedulerArtifact) {
 /// Median and spread over rounds, per run configuration and request.
 pub fn summarize_runs(runs: &[RunRecord]) -> Vec<SummaryRow> {
     let requests = runs.iter().flat_map(|run| {
-        run.requests
-            .iter()
-            .map(move |req| ((run.policy, run.chunk_size, run.max_active, run.kv_budget, req.id.clone()), req))
+        run.requests.iter().map(move |req| {
+            ((run.policy, run.chunk_size, run.max_active, run.kv_budget, run.prefix_cache, req.id.clone()), req)
+        })
     });
     in_first_appearance_order(requests)
         .into_iter()
-        .map(|((policy, chunk_size, max_active, kv_budget, id), reqs)| {
+        .map(|((policy, chunk_size, max_active, kv_budget, prefix_cache, id), reqs)| {
             let pick = |f: fn(&RequestRecord) -> f64| summarize(&reqs.iter().map(|r| f(r)).collect::<Vec<_>>());
             SummaryRow {
                 policy,
                 chunk_size,
                 max_active,
                 kv_budget,
+                prefix_cache,
                 id,
                 ttft_ms: pick(|r| r.ttft_ms),
                 completion_ms: pick(|r| r.completion_ms),
@@ -432,13 +440,15 @@ pub fn output_tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
 pub fn summarize_throughput(runs: &[RunRecord]) -> Vec<ThroughputRow> {
     let spread =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| summarize(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
-    in_first_appearance_order(runs.iter().map(|run| ((run.policy, run.chunk_size, run.max_active, run.kv_budget), run)))
+    let key = |run: &RunRecord| (run.policy, run.chunk_size, run.max_active, run.kv_budget, run.prefix_cache);
+    in_first_appearance_order(runs.iter().map(|run| (key(run), run)))
         .into_iter()
-        .map(|((policy, chunk_size, max_active, kv_budget), runs)| ThroughputRow {
+        .map(|((policy, chunk_size, max_active, kv_budget, prefix_cache), runs)| ThroughputRow {
             policy,
             chunk_size,
             max_active,
             kv_budget,
+            prefix_cache,
             output_tokens_per_s: spread(&runs, |r| r.output_tokens_per_s),
             elapsed_ms: spread(&runs, |r| r.elapsed_ms),
         })
@@ -612,6 +622,27 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
         }
         p.first_start.get_or_insert(step.start_ms);
         p.last_end = step.end_ms;
+        if step.reused > 0 {
+            // Taken from the prefix cache: only with reuse on, by a prefill that starts its job
+            // (or restarts it after a preemption), in whole blocks, and where that prefill starts.
+            let honest = run.prefix_cache
+                && step.kind == StepKind::Prefill
+                && p.computed == 0
+                && step.reused.is_multiple_of(common::kernel::TILE)
+                && step.position == step.reused;
+            if !honest {
+                problems.push(Invalid::new(
+                    field("reused"),
+                    format!(
+                        "{} positions reused: reuse is a prefix-cache run's, by a prefill at its job's start, in whole blocks of {}, ending where the prefill starts",
+                        step.reused,
+                        common::kernel::TILE
+                    ),
+                ));
+                return problems;
+            }
+            p.computed = step.reused;
+        }
         // Before it decodes, its cache must hold its prompt, and after a preemption the tokens
         // it had generated but the last; the prefill that ends its prompt makes its first token.
         // Saturating and checked: the counts are the artifact's, whatever a forger wrote.

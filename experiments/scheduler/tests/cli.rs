@@ -148,8 +148,8 @@ fn model_dir_without_manifest_runs_unpinned_and_records_digests() {
 
 /// Writes a variant of the tiny manifest with `edit` applied into a scratch workspace (a
 /// manifest is recorded by its path in the workspace, so it must lie in one) and runs it there;
-/// returns the outcome and whether any artifact appeared.
-fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, bool) {
+/// returns the outcome and the artifact, if one appeared.
+fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, Option<SchedulerArtifact>) {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
     std::fs::create_dir_all(ws.join("manifests/models")).unwrap();
@@ -169,7 +169,8 @@ fn run_edited(edit: impl FnOnce(&mut serde_json::Value)) -> (Output, bool) {
         .args(["--manifest", "manifests/scheduler/edited.json", "--out", out.to_str().unwrap()])
         .output()
         .unwrap();
-    (o, out.exists())
+    let artifact = out.exists().then(|| read(&out).1);
+    (o, artifact)
 }
 
 #[test]
@@ -228,7 +229,8 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
     ];
     for (expected, edit) in cases {
-        let (o, wrote) = run_edited(edit);
+        let (o, artifact) = run_edited(edit);
+        let wrote = artifact.is_some();
         let err = stderr(&o);
         let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
         assert!(!o.status.success(), "{expected}: succeeded");
@@ -275,7 +277,54 @@ fn default_manifests_carry_the_seed_workload() {
                 .unwrap();
         assert_eq!(m.parameters.jobs, seed.jobs, "{name}");
         assert_eq!(m.parameters.runs[..3], seed.runs, "{name}: the seed's runs first");
-        let batched = RunConfig { policy: Policy::Batched, chunk_size: Some(64), max_active: 2, kv_budget: None };
+        let batched = RunConfig {
+            policy: Policy::Batched,
+            chunk_size: Some(64),
+            max_active: 2,
+            kv_budget: None,
+            prefix_cache: false,
+        };
         assert_eq!(m.parameters.runs[3..], [batched], "{name}: then continuous batching on the same workload");
     }
+}
+
+/// With prefix reuse as a run parameter, a job whose prompt repeats an earlier one's takes its
+/// cached blocks (on the timeline as `reused`), computes the same ids, and the audit's
+/// invariants hold; a forged reuse in a run without it is caught.
+#[test]
+fn prefix_reuse_is_a_run_parameter_on_the_timeline_and_changes_no_id() {
+    let (o, artifact) = run_edited(|m| {
+        let jobs = m["parameters"]["jobs"].as_array_mut().unwrap();
+        let mut again = jobs[0].clone();
+        again["id"] = "long-document-again".into();
+        jobs.push(again);
+        let runs = serde_json::json!([
+            {"policy": "fifo", "chunk_size": null, "max_active": 1},
+            {"policy": "fifo", "chunk_size": null, "max_active": 1, "prefix_cache": true},
+            {"policy": "batched", "chunk_size": 64, "max_active": 2, "prefix_cache": true}
+        ]);
+        m["parameters"]["runs"] = runs;
+        m["parameters"]["rounds"] = 1.into();
+        m["parameters"]["warmup"] = 0.into();
+        m["claims"] = serde_json::json!([]);
+        m["expectations"] = serde_json::Value::Null;
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = artifact.unwrap();
+    assert_eq!(a.jobs[0].id, "long-document");
+    let reused =
+        |run: usize, job: &str| a.runs[run].timeline.iter().filter(|s| s.job == job).map(|s| s.reused).sum::<usize>();
+    let tile = common::kernel::TILE;
+    assert_eq!(reused(0, "long-document-again"), 0, "no reuse without the parameter");
+    assert_eq!(reused(1, "long-document-again"), (a.jobs[0].prompt_tokens - 1) / tile * tile);
+    assert_eq!(reused(1, "long-document"), 0);
+    assert!(a.runs[1].prefix_cache && !a.runs[0].prefix_cache);
+    assert_eq!(consistency(&a.runs), (true, vec![]), "reuse changes no id");
+    for (i, run) in a.runs.iter().enumerate() {
+        assert_eq!(run_invariants(i, run, &a.jobs), Vec::new());
+    }
+    // Reuse claimed by a run without the parameter is caught.
+    let mut forged = a.runs[1].clone();
+    forged.prefix_cache = false;
+    assert!(!run_invariants(1, &forged, &a.jobs).is_empty());
 }

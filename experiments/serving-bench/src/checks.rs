@@ -211,8 +211,10 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     if !just_after {
         f.wrong("invariants", "completed_at", "not the run's end (within a second after provenance.finished_at)");
     }
-    if let Some(w) =
-        a.workload.as_ref().filter(|w| !["builtin", "jsonl", "sharegpt", "synthetic"].contains(&w.source.as_str()))
+    if let Some(w) = a
+        .workload
+        .as_ref()
+        .filter(|w| !["builtin", "jsonl", "sharegpt", "synthetic", "shared-prefix"].contains(&w.source.as_str()))
     {
         f.wrong("invariants", "workload.source", format!("`{}` is no workload this client sends", w.source));
     }

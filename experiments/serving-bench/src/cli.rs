@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// step needs more [default: half the memory available, at most --max-active whole contexts].
     #[arg(long, value_name = "POSITIONS|BYTES", value_parser = KvBudget::parse)]
     pub kv_budget: Option<KvBudget>,
+    /// Compute every prompt whole: keep no KV blocks for later prompts with the same prefix
+    /// (reuse is on by default, as in llama-server, vLLM and SGLang).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 /// A KV cache budget as given: positions, or bytes.
@@ -225,6 +229,10 @@ pub struct BenchArgs {
     /// manifest's, else half the memory available, at most its active requests' whole contexts].
     #[arg(long, value_name = "POSITIONS")]
     pub server_kv_budget: Option<usize>,
+    /// The embedded server computes every prompt whole, reusing no cached prefix (for measuring
+    /// what reuse saves) [default: the manifest's, else reuse on].
+    #[arg(long)]
+    pub server_no_prefix_cache: bool,
     /// Ask servers to ignore end-of-sequence (vLLM's `ignore_eos`), so answers reach --max-tokens.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -270,6 +278,13 @@ pub struct BenchArgs {
     /// How many synthetic prompts to draw (sent in turn).
     #[arg(long, default_value_t = 100, requires = "input_tokens")]
     pub synthetic_count: usize,
+    /// Generated prompts that share prefixes, GROUPS:PROMPTS:PREFIX:QUESTION: GROUPS groups of
+    /// PROMPTS chat requests each, every request a system prompt of PREFIX tokens that its group
+    /// shares and a question of QUESTION tokens of its own (counted with the model's tokenizer,
+    /// drawn from --seed); sent one question of every group in turn, as SGLang's
+    /// generated-shared-prefix dataset shapes them.
+    #[arg(long, value_name = "G:P:S:Q", value_parser = crate::workload::SharedPrefix::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens"])]
+    pub shared_prefix: Option<crate::workload::SharedPrefix>,
     /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens and
     /// ShareGPT replies' [default: the manifest's checkpoint].
     #[arg(long, value_name = "DIR")]
@@ -400,6 +415,7 @@ impl BenchArgs {
         if let Some(b) = args.server_kv_budget {
             p.server_kv_budget = Some(b);
         }
+        p.server_prefix_cache &= !args.server_no_prefix_cache;
         p.ignore_eos |= args.ignore_eos;
         p.continuous_usage |= args.continuous_usage;
         p.tls_insecure |= args.insecure;
@@ -477,6 +493,12 @@ impl BenchArgs {
         if let Some(b) = self.server_kv_budget {
             requested["server_kv_budget"] = json!(b);
         }
+        if let Some(shape) = self.shared_prefix {
+            requested["shared_prefix"] = json!(shape.describe());
+        }
+        if self.server_no_prefix_cache {
+            requested["server_no_prefix_cache"] = json!(true);
+        }
         requested
     }
 
@@ -517,6 +539,7 @@ pub fn seed_parameters() -> Parameters {
         server_policy: Policy::Batched,
         server_chunk_size: None,
         server_kv_budget: None,
+        server_prefix_cache: true,
         arrivals: None,
         endpoint: serving::Endpoint::Chat,
         ignore_eos: false,

@@ -46,6 +46,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
         idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
         kv_budget: args.kv_budget.map(|b| b.positions(model.loaded.model.block_bytes() / common::kernel::TILE)),
+        prefix_cache: !args.no_prefix_cache,
         ..ServerConfig::new(name.clone())
     };
     if !args.host.is_loopback() {
@@ -77,6 +78,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
         common::budget::human((kv.blocks() * kv.block_bytes()) as u128),
         if args.kv_budget.is_some() { "from --kv-budget" } else { "half the memory available (--kv-budget sets it)" }
     );
+    println!(
+        "prefix cache: {}",
+        if kv.reuses_prefixes() {
+            "on: full blocks of every prompt are kept and reused by later prompts that start the same (--no-prefix-cache turns it off)"
+        } else {
+            "off (--no-prefix-cache)"
+        }
+    );
     #[cfg(unix)]
     interrupt.recv().await;
     #[cfg(not(unix))]
@@ -96,8 +105,9 @@ fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
 async fn bench(cli: Cli) -> Result<i32> {
     let plan = plan(&cli).await?;
     let measured = run(&plan).await?;
+    let ws = plan.prepared.ws.clone();
     let (path, label) = record(plan, measured).await?;
-    print(&cli.bench, &path, label.as_deref())
+    print(&cli.bench, &ws, &path, label.as_deref())
 }
 
 /// Everything a run fixes before its first request: the model (when the embedded server or a
@@ -126,7 +136,9 @@ async fn plan(cli: &Cli) -> Result<Plan> {
     let load = embedded || args.model.manifest.is_some();
     let prepared = Prepared::prepare_optional(&ServingBench, cli, load)?;
     let params = &prepared.parameters;
-    let timeouts = serving_bench::cli::check_run(params)?;
+    // `prepare` validated the run (`cli::check_run`, schedules drawn and all); only its timeouts
+    // are wanted here.
+    let timeouts = client::Timeouts::of(params)?;
     let (headers, sent_headers) =
         client::request_headers(&args.header, &args.record_header, args.api_key_env.as_deref())?;
     let http = client::http_client(&timeouts, headers, params.tls_insecure);
@@ -144,6 +156,7 @@ async fn plan(cli: &Cli) -> Result<Plan> {
                 chunk_size: params.server_chunk_size,
                 queue: params.server_queue,
                 kv_budget: params.server_kv_budget,
+                prefix_cache: params.server_prefix_cache,
                 ..ServerConfig::new(model_name(&model.resolved))
             };
             Some(serve::spawn(([127, 0, 0, 1], 0).into(), model.loaded.clone(), config).await?)
@@ -244,6 +257,18 @@ async fn targets(
 
 /// The prompts to send: a JSONL file, ShareGPT conversations, synthetic lengths, or the seed's.
 fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Parameters) -> Result<Workload> {
+    // A generated workload counts its tokens with the target model's tokenizer.
+    let tokenizer_dir = |flag: &str| match (&args.tokenizer, model) {
+        (Some(dir), _) => Ok(dir.clone()),
+        (None, Some(m)) => Ok(m.resolved.dir.clone()),
+        (None, None) => {
+            Err(anyhow::anyhow!("{flag}: give --tokenizer DIR (the target model's tokenizer) or --manifest"))
+        }
+    };
+    if let Some(shape) = args.shared_prefix {
+        let dir = tokenizer_dir("--shared-prefix")?;
+        return Ok(Workload::shared_prefix(&dir, &ws.display_path(&dir), shape, params.seed)?);
+    }
     let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
         (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
         (None, Some(path), _) => {
@@ -254,13 +279,7 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
             Workload::sharegpt(path, &ws.display_path(path), tokenizer)?
         }
         (None, None, Some(input)) => {
-            let dir = match (&args.tokenizer, model) {
-                (Some(dir), _) => dir.clone(),
-                (None, Some(m)) => m.resolved.dir.clone(),
-                (None, None) => {
-                    bail!("--input-tokens: give --tokenizer DIR (the target model's tokenizer) or --manifest")
-                }
-            };
+            let dir = tokenizer_dir("--input-tokens")?;
             if !(1..=serving::MAX_COUNT).contains(&args.synthetic_count) {
                 bail!("--synthetic-count {}: must be from 1 to {}", args.synthetic_count, serving::MAX_COUNT);
             }
@@ -412,6 +431,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             budget_bytes: kv.blocks() * kv.block_bytes(),
             peak_bytes: kv.peak_bytes(),
             preemptions,
+            prefix_cache: kv.reuses_prefixes().then(|| kv.prefix_stats()),
         });
         s.stop().await;
     }
@@ -460,8 +480,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
 /// Exports, the tables, the claims and the artifact's path, all from the artifact as written
 /// (redacted, so that no export or printed line holds what the artifact may not); exits 1 when a
 /// group measured nothing, unless allowed.
-fn print(args: &BenchArgs, path: &Path, label: Option<&str>) -> Result<i32> {
-    let ws = Workspace::discover()?;
+fn print(args: &BenchArgs, ws: &Workspace, path: &Path, label: Option<&str>) -> Result<i32> {
     let artifact: ServingArtifact = common::artifact::read_artifact(path)?;
     for format in &args.export {
         for file in serving_bench::export::write(&artifact, path, *format)? {

@@ -2,7 +2,8 @@
 //! one `{"prompt": ...}` or `{"messages": [...]}` per line with an optional `max_tokens`), or a
 //! ShareGPT export (`--sharegpt FILE.json`, each conversation's first human turn), or synthetic
 //! prompts whose input and output lengths in tokens are drawn from named distributions
-//! (`--input-tokens`, `--output-tokens`), counted with the model's tokenizer. The artifact
+//! (`--input-tokens`, `--output-tokens`), or groups of chat requests that share a system prompt
+//! (`--shared-prefix`), both counted with the model's tokenizer. The artifact
 //! records the workload's digest and its length statistics, so two runs say whether they sent
 //! the same requests.
 
@@ -236,42 +237,72 @@ impl Workload {
         count: usize,
         seed: u64,
     ) -> Result<Self, WorkloadError> {
-        use rand::{Rng, SeedableRng};
-        let (tokenizer, bytes, tokenizer_error) = load_tokenizer(tokenizer_dir, shown)?;
-        let words: Vec<&str> = common::generate::ENGLISH_WORDS.split_whitespace().collect();
+        use rand::SeedableRng;
+        let mut words = Words::new(tokenizer_dir, shown)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut items = Vec::with_capacity(count);
         let mut counts = Vec::with_capacity(count);
         for i in 0..count {
             let (want, cap) = (input.draw(&mut rng), output.draw(&mut rng));
-            // Words until the text has enough tokens, then exactly `want` of them, decoded.
-            let mut text = String::new();
-            let ids = loop {
-                for _ in 0..want.max(8) {
-                    text.push_str(words[rng.random_range(0..words.len())]);
-                    text.push(' ');
-                }
-                let enc = tokenizer.encode(text.as_str(), false).map_err(|e| tokenizer_error(e.to_string()))?;
-                if enc.get_ids().len() >= want {
-                    break enc.get_ids()[..want].to_vec();
-                }
-            };
-            let prompt = tokenizer.decode(&ids, true).map_err(|e| tokenizer_error(e.to_string()))?;
-            // What a server counts may differ by a token where the cut split a word.
-            let sent = tokenizer.encode(prompt.as_str(), false).map_err(|e| tokenizer_error(e.to_string()))?;
-            counts.push(sent.get_ids().len() as f64);
+            let (prompt, tokens) = words.text(want, &mut rng)?;
+            counts.push(tokens as f64);
             items.push(Item { name: format!("synthetic-{i}"), prompt, messages: None, max_tokens: Some(cap) });
         }
-        let mut w = Self::new("synthetic", Some(shown), Some(&bytes), items);
-        let s = common::stats::summarize(&counts);
-        w.record.lengths = Some(format!("input {}, output {}", input.describe(), output.describe()));
-        (
-            w.record.prompt_tokens_min,
-            w.record.prompt_tokens_p50,
-            w.record.prompt_tokens_mean,
-            w.record.prompt_tokens_max,
-        ) = (s.min, s.p50, s.mean, s.max);
-        Ok(w)
+        let lengths = format!("input {}, output {}", input.describe(), output.describe());
+        Ok(Self::new("synthetic", Some(shown), Some(&words.bytes), items).with_tokens(lengths, &counts))
+    }
+
+    /// `--shared-prefix`: `shape.groups` system prompts of `shape.prefix` tokens, each shared by
+    /// `shape.prompts` chat requests whose questions are `shape.question` tokens (as
+    /// `tokenizer_dir`'s tokenizer counts them: everyday English words drawn from `seed`). Sent
+    /// one question of every group in turn, so each group's prefix comes back while the others'
+    /// are in use too.
+    pub fn shared_prefix(
+        tokenizer_dir: &Path,
+        shown: &str,
+        shape: SharedPrefix,
+        seed: u64,
+    ) -> Result<Self, WorkloadError> {
+        use rand::SeedableRng;
+        let mut words = Words::new(tokenizer_dir, shown)?;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut prefixes = Vec::with_capacity(shape.groups);
+        for _ in 0..shape.groups {
+            prefixes.push(words.text(shape.prefix, &mut rng)?);
+        }
+        let mut questions = Vec::with_capacity(shape.groups * shape.prompts);
+        for _ in 0..shape.groups * shape.prompts {
+            questions.push(words.text(shape.question, &mut rng)?);
+        }
+        let mut items = Vec::with_capacity(questions.len());
+        let mut counts = Vec::with_capacity(questions.len());
+        for q in 0..shape.prompts {
+            for (g, (prefix, prefix_tokens)) in prefixes.iter().enumerate() {
+                let (question, question_tokens) = &questions[g * shape.prompts + q];
+                let messages = serde_json::json!([
+                    {"role": "system", "content": prefix},
+                    {"role": "user", "content": question},
+                ]);
+                counts.push((prefix_tokens + question_tokens) as f64);
+                items.push(Item {
+                    name: format!("group-{g}-{q}"),
+                    prompt: format!("{prefix}\n{question}"),
+                    messages: Some(messages),
+                    max_tokens: None,
+                });
+            }
+        }
+        Ok(Self::new("shared-prefix", Some(shown), Some(&words.bytes), items).with_tokens(shape.describe(), &counts))
+    }
+
+    /// The record with how the lengths were drawn and the prompts' lengths in tokens.
+    fn with_tokens(mut self, lengths: String, counts: &[f64]) -> Self {
+        let s = common::stats::summarize(counts);
+        let r = &mut self.record;
+        r.lengths = Some(lengths);
+        (r.prompt_tokens_min, r.prompt_tokens_p50, r.prompt_tokens_mean, r.prompt_tokens_max) =
+            (s.min, s.p50, s.mean, s.max);
+        self
     }
 
     fn new(source: &str, path: Option<&str>, bytes: Option<&[u8]>, items: Vec<Item>) -> Self {
@@ -303,6 +334,81 @@ impl Workload {
             prompt_tokens_max: None,
         };
         Workload { items, record }
+    }
+}
+
+/// Texts of a given length in tokens, of everyday English words: a generated workload's prompts.
+struct Words {
+    tokenizer: tokenizers::Tokenizer,
+    /// `tokenizer.json`'s bytes, for the workload's record.
+    bytes: Vec<u8>,
+    error: Box<dyn Fn(String) -> WorkloadError>,
+    words: Vec<&'static str>,
+}
+
+impl Words {
+    fn new(tokenizer_dir: &Path, shown: &str) -> Result<Self, WorkloadError> {
+        let (tokenizer, bytes, error) = load_tokenizer(tokenizer_dir, shown)?;
+        let words = common::generate::ENGLISH_WORDS.split_whitespace().collect();
+        Ok(Words { tokenizer, bytes, error: Box::new(error), words })
+    }
+
+    /// A text of `want` tokens drawn from `rng`, and the tokens it encodes to again (which may
+    /// differ by one where the cut split a word).
+    fn text(&mut self, want: usize, rng: &mut impl rand::Rng) -> Result<(String, usize), WorkloadError> {
+        let encode = |text: &str| self.tokenizer.encode(text, false).map_err(|e| (self.error)(e.to_string()));
+        // Words until the text has enough tokens, then exactly `want` of them, decoded.
+        let mut text = String::new();
+        let ids = loop {
+            for _ in 0..want.max(8) {
+                text.push_str(self.words[rng.random_range(0..self.words.len())]);
+                text.push(' ');
+            }
+            let enc = encode(&text)?;
+            if enc.get_ids().len() >= want {
+                break enc.get_ids()[..want].to_vec();
+            }
+        };
+        let prompt = self.tokenizer.decode(&ids, true).map_err(|e| (self.error)(e.to_string()))?;
+        let sent = encode(&prompt)?.get_ids().len();
+        Ok((prompt, sent))
+    }
+}
+
+/// A `--shared-prefix` shape: `groups` system prompts of `prefix` tokens, each shared by
+/// `prompts` requests with questions of `question` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedPrefix {
+    pub groups: usize,
+    pub prompts: usize,
+    pub prefix: usize,
+    pub question: usize,
+}
+
+/// A `--shared-prefix` value that is no shape.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a shared-prefix shape: GROUPS:PROMPTS:PREFIX:QUESTION, e.g. 1:32:1000:24 (groups and prompts from 1 to 10000, token counts from 1 to {max})", max = MAX_SYNTHETIC_TOKENS)]
+pub struct SharedPrefixError(String);
+
+impl SharedPrefix {
+    pub fn parse(s: &str) -> Result<Self, SharedPrefixError> {
+        let bad = || SharedPrefixError(s.to_string());
+        let n = |p: &str, max: usize| p.parse::<usize>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(bad);
+        match s.split(':').collect::<Vec<_>>().as_slice() {
+            [g, p, s, q] => Ok(SharedPrefix {
+                groups: n(g, 10_000)?,
+                prompts: n(p, 10_000)?,
+                prefix: n(s, MAX_SYNTHETIC_TOKENS)?,
+                question: n(q, MAX_SYNTHETIC_TOKENS)?,
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// As the record and the command line give it.
+    pub fn describe(self) -> String {
+        let SharedPrefix { groups, prompts, prefix, question } = self;
+        format!("{groups}:{prompts}:{prefix}:{question} ({groups} groups of {prompts} prompts: a shared system prompt of {prefix} tokens, a question of {question})")
     }
 }
 
@@ -389,5 +495,37 @@ mod tests {
         assert_eq!(w.record.source, "sharegpt");
         std::fs::write(&path, "{}").unwrap();
         assert!(Workload::sharegpt(&path, "s.json", None).unwrap_err().to_string().contains("not an array"));
+    }
+
+    #[test]
+    fn shared_prefix_groups_share_their_system_prompt_and_are_drawn_from_the_seed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tiny");
+        common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &dir, false).unwrap();
+        let shape = SharedPrefix::parse("2:3:100:10").unwrap();
+        assert_eq!(shape, SharedPrefix { groups: 2, prompts: 3, prefix: 100, question: 10 });
+        let w = Workload::shared_prefix(&dir, "tiny", shape, 7).unwrap();
+        let names: Vec<&str> = w.items.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["group-0-0", "group-1-0", "group-0-1", "group-1-1", "group-0-2", "group-1-2"]);
+        let system = |i: usize| w.items[i].messages.as_ref().unwrap()[0]["content"].as_str().unwrap().to_string();
+        let question = |i: usize| w.items[i].messages.as_ref().unwrap()[1]["content"].as_str().unwrap().to_string();
+        assert_eq!((system(0), system(1)), (system(2), system(3)), "a group shares its system prompt");
+        assert_ne!(system(0), system(1), "groups do not");
+        assert_ne!(question(0), question(2), "each request has its own question");
+        let (tokenizer, _, _) = load_tokenizer(&dir, "tiny").unwrap();
+        let count = |t: &str| tokenizer.encode(t, false).unwrap().get_ids().len();
+        assert!((99..=101).contains(&count(&system(0))) && (9..=11).contains(&count(&question(0))));
+        assert_eq!((w.record.source.as_str(), w.record.items), ("shared-prefix", 6));
+        assert!(w.record.lengths.as_deref().unwrap().starts_with("2:3:100:10 "));
+        let again = Workload::shared_prefix(&dir, "tiny", shape, 7).unwrap();
+        assert_eq!(again.record.items_sha256, w.record.items_sha256, "the seed draws the same prompts");
+        let other = Workload::shared_prefix(&dir, "tiny", shape, 8).unwrap();
+        assert_ne!(other.record.items_sha256, w.record.items_sha256);
+        for bad in ["1:2:3", "0:1:1:1", "1:1:0:1", "1:1:1:x", "1:1:1:999999999"] {
+            assert!(
+                SharedPrefix::parse(bad).unwrap_err().to_string().contains("GROUPS:PROMPTS:PREFIX:QUESTION"),
+                "{bad}"
+            );
+        }
     }
 }

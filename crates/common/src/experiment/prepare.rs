@@ -65,6 +65,8 @@ pub enum PrepareError {
     WrongExperiment { path: String, found: String, expected: String },
     #[error("{experiment} has no parameters of its own for a run without a manifest; pass --manifest (see manifests/{experiment}/)")]
     NeedsManifest { experiment: &'static str },
+    #[error("no model to run on: pass --manifest (a pinned model) or --model-dir (a checkpoint folder)")]
+    NoModel,
     /// Effective parameters out of range; `origin` is the manifest (or `parameters`).
     #[error("{origin}: {cause}")]
     Parameters { origin: String, cause: crate::manifest::Invalid },
@@ -274,7 +276,7 @@ fn prepare_model(ws: &Workspace, args: &ModelArgs, pinned: Option<&String>) -> R
         }
         None => match &args.model_dir {
             Some(dir) => resolve_unpinned(dir)?,
-            None => return Err(PrepareError::NeedsManifest { experiment: "this run" }),
+            None => return Err(PrepareError::NoModel),
         },
     };
     tracing::info!(dir = %ws.display_path(&resolved.dir), "loading model");

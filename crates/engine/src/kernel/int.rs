@@ -51,4 +51,3 @@ pub(super) fn int_block_with(q: &[i8], p: &[i16], k: usize, yt: &mut [i32]) {
         }
     }
 }
-

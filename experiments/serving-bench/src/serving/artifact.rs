@@ -59,6 +59,9 @@ pub struct EmbeddedKv {
     pub budget_bytes: usize,
     pub peak_bytes: usize,
     pub preemptions: usize,
+    /// What its prefix cache did (warm-ups included); absent when reuse was off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<common::prefix::PrefixStats>,
 }
 
 /// The seed's prompts: the defaults.

@@ -38,6 +38,10 @@ pub struct Parameters {
     /// available, at most `server_max_active` whole contexts), which the artifact records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_kv_budget: Option<usize>,
+    /// Whether the embedded server reuses cached prompt prefixes (its default); recorded only
+    /// when off.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub server_prefix_cache: bool,
     /// An open-loop load in place of the closed rounds (`rounds` and `concurrency` then unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<Arrivals>,
@@ -304,4 +308,12 @@ impl Arrivals {
         }
         Ok(())
     }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }

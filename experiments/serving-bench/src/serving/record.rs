@@ -107,7 +107,7 @@ pub struct RequestRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadRecord {
-    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt` or `synthetic`.
+    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt`, `synthetic` or `shared-prefix`.
     pub source: String,
     /// The file, as given (for synthetic prompts, the tokenizer's folder).
     pub path: Option<String>,
