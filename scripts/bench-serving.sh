@@ -56,9 +56,9 @@ if scripts/build-llama-server.sh; then
     ./target/release/models export-gguf qwen2.5-0.5b --type f32 --out "$gguf"
   fi
   # At its defaults (only the threads pinned to the embedded server's), then with its prompt
-  # cache off in 4 slots of 1024 positions (the seed's prompts and answers need about 110).
+  # cache off in 4 slots of 2048 positions (the shared-prefix prompts and answers need about 1,100).
   if start_llama_server --threads "$(nproc)" && defaults=$started &&
-    start_llama_server --parallel 4 --ctx-size 4096 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 &&
+    start_llama_server --parallel 4 --ctx-size 8192 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 &&
     no_cache=$started; then
     # llama-server at its defaults first: every other target's ratios are taken against it.
     targets=(--target "openai=$defaults" --target "openai=$no_cache" --target openai=embedded)
