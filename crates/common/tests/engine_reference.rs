@@ -26,6 +26,26 @@ fn reference() -> Reference {
     serde_json::from_str(include_str!("data/transformers-reference-tiny.json")).unwrap()
 }
 
+/// The seed's jobs with the reference's prompt ids, each id followed by `suffix`, all arriving at once.
+fn seed_jobs(reference: &Reference, suffix: &str) -> Vec<Job> {
+    common::schedule::seed_workload()
+        .jobs
+        .iter()
+        .map(|j| Job {
+            id: format!("{}{suffix}", j.id),
+            prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
+            max_new_tokens: j.max_new_tokens,
+            arrival_ms: 0.0,
+        })
+        .collect()
+}
+
+/// The tightest KV budget `jobs` run under: the longest job's whole length, in blocks.
+fn tightest_budget(jobs: &[Job]) -> usize {
+    let tile = common::kernel::TILE;
+    jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap()
+}
+
 #[test]
 fn reference_was_made_on_the_pinned_tiny_checkpoint() {
     let pin = support::workspace().model_pin("tiny").unwrap();
@@ -47,20 +67,8 @@ fn prompts_render_and_tokenize_exactly_like_transformers() {
 fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
     let model = LoadedModel::load(&support::tiny_dir()).unwrap();
     let reference = reference();
-    let params = common::schedule::seed_workload();
-    let jobs: Vec<Job> = params
-        .jobs
-        .iter()
-        .map(|j| Job {
-            id: j.id.clone(),
-            prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
-            max_new_tokens: j.max_new_tokens,
-            arrival_ms: 0.0,
-        })
-        .collect();
-    // The tightest KV budget the workload runs under: the longest job's whole length, in blocks.
-    let tile = common::kernel::TILE;
-    let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
+    let jobs = seed_jobs(&reference, "");
+    let (tile, tight) = (common::kernel::TILE, tightest_budget(&jobs));
     let mut checked = 0;
     let mut preempted = 0;
     for policy in Policy::ALL {
@@ -256,21 +264,8 @@ fn greedy_ids_equal_transformers_with_prefix_reuse_under_every_policy() {
     let model = LoadedModel::load(&support::tiny_dir()).unwrap();
     let reference = reference();
     // Every reference job twice, the copy arriving with the original.
-    let jobs: Vec<Job> = [false, true]
-        .into_iter()
-        .flat_map(|copy| {
-            let params = common::schedule::seed_workload();
-            let reference = &reference;
-            params.jobs.into_iter().map(move |j| Job {
-                id: if copy { format!("{}#2", j.id) } else { j.id.clone() },
-                prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
-                max_new_tokens: j.max_new_tokens,
-                arrival_ms: 0.0,
-            })
-        })
-        .collect();
-    let tile = common::kernel::TILE;
-    let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
+    let jobs: Vec<Job> = [seed_jobs(&reference, ""), seed_jobs(&reference, "#2")].concat();
+    let (tile, tight) = (common::kernel::TILE, tightest_budget(&jobs));
     let long = &reference.jobs.iter().find(|r| r.id == "long-document").unwrap().prompt_ids;
     for policy in Policy::ALL {
         for chunk_size in [Some(7), None] {
