@@ -13,6 +13,15 @@
 //! Sessions hold the nodes they use (a reference count); a node no session holds stays cached
 //! until the pool needs its block, then the least recently used childless one goes first. A
 //! session's held nodes are always a path from a root, so a node's ancestors outlive it.
+//!
+//! A prompt rarely ends on a block boundary, so a match in whole blocks alone would leave up to
+//! a block of every repeated prompt to compute again. Two things close that gap, the way a
+//! llama-server slot keeps its whole history. A lookup also reports the cached block (full, or a
+//! finished session's last partial one, kept as a leaf keyed by the fewer tokens it holds) that
+//! shares the most leading tokens with what follows the whole-block match; the pool copies those
+//! positions into a block of the session's own, which it then fills past them (copy on write:
+//! a cached block is never written). A partial leaf never has children: sequences only grow
+//! through full blocks.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -23,9 +32,10 @@ pub struct PrefixStats {
     pub queries: u64,
     /// Lookups that found at least one block.
     pub hits: u64,
-    /// Tokens the lookups asked for (each history less its last token, in whole blocks).
+    /// Tokens the lookups asked for (each history less its last token).
     pub queried_tokens: u64,
-    /// Tokens found cached, so not computed.
+    /// Tokens found cached, so not computed (whole blocks, and the leading positions copied from
+    /// a partly matching block).
     pub reused_tokens: u64,
     /// Cached blocks taken back for other work.
     pub evictions: u64,
@@ -33,9 +43,25 @@ pub struct PrefixStats {
     pub cached_blocks: u64,
 }
 
+/// A lookup's answer: the whole blocks matched, and a block whose first positions match what
+/// follows them (the block and how many).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Prefix {
+    pub(crate) blocks: Vec<u32>,
+    pub(crate) partial: Option<(u32, usize)>,
+}
+
+impl Prefix {
+    /// Positions it holds.
+    pub(crate) fn tokens(&self, tile: usize) -> usize {
+        self.blocks.len() * tile + self.partial.map_or(0, |(_, m)| m)
+    }
+}
+
 struct Node {
     parent: Option<u32>,
-    /// The tokens this block holds (the key under its parent).
+    /// The tokens this block holds (the key under its parent): a whole tile, or fewer in a
+    /// finished session's last block.
     key: Box<[u32]>,
     children: HashMap<Box<[u32]>, u32>,
     /// Sessions holding it.
@@ -80,27 +106,52 @@ impl PrefixTree {
         node.refs += 1;
     }
 
-    /// The blocks holding the longest cached prefix of `tokens` in whole blocks of `tile`, each
-    /// now held by the caller (who gives them back with [`Self::release`]).
-    pub(crate) fn lookup(&mut self, tokens: &[u32], tile: usize) -> Vec<u32> {
-        let mut found = Vec::new();
+    /// The cached prefix of `tokens`: the blocks holding its longest match in whole blocks of
+    /// `tile`, and the cached block sharing the most leading tokens with what follows (copied,
+    /// never extended); every block returned is now held by the caller (who gives them back with
+    /// [`Self::release`]).
+    pub(crate) fn lookup(&mut self, tokens: &[u32], tile: usize) -> Prefix {
+        let mut found = Prefix::default();
         let mut parent = None;
         for key in tokens.chunks_exact(tile) {
             let Some(block) = self.child(parent, key) else { break };
             self.hold(block);
-            found.push(block);
+            found.blocks.push(block);
             parent = Some(block);
         }
+        let rest = &tokens[found.blocks.len() * tile..];
+        found.partial = self.best_partial(parent, &rest[..rest.len().min(tile)]);
+        if let Some((block, _)) = found.partial {
+            self.hold(block);
+        }
         let now = self.tick();
-        for b in &found {
+        for b in found.blocks.iter().chain(found.partial.as_ref().map(|(b, _)| b)) {
             self.nodes.get_mut(b).expect("a cached block").used = now;
         }
         let stats = &mut self.stats;
         stats.queries += 1;
-        stats.hits += u64::from(!found.is_empty());
-        stats.queried_tokens += (tokens.len() / tile * tile) as u64;
-        stats.reused_tokens += (found.len() * tile) as u64;
+        stats.hits += u64::from(found.tokens(tile) > 0);
+        stats.queried_tokens += tokens.len() as u64;
+        stats.reused_tokens += found.tokens(tile) as u64;
         found
+    }
+
+    /// The child of `parent` whose key starts with the most of `rest` (at least one token), and
+    /// how many.
+    fn best_partial(&self, parent: Option<u32>, rest: &[u32]) -> Option<(u32, usize)> {
+        let children = match parent {
+            None => &self.roots,
+            Some(p) => &self.nodes.get(&p)?.children,
+        };
+        let common = |key: &[u32]| key.iter().zip(rest).take_while(|(a, b)| a == b).count();
+        // Among equally long matches any block will do: the same tokens after the same prefix
+        // hold the same bits. The lowest id makes the choice reproducible.
+        children
+            .iter()
+            .map(|(key, &b)| (common(key), b))
+            .filter(|&(m, _)| m > 0)
+            .max_by_key(|&(m, b)| (m, std::cmp::Reverse(b)))
+            .map(|(m, b)| (b, m))
     }
 
     /// Caches `block`, just filled with `key` after `parent` (a block the caller holds, `None`
@@ -123,10 +174,23 @@ impl PrefixTree {
         Ok(())
     }
 
+    /// Caches a finished session's last block, partly filled with `key` (fewer than a tile of
+    /// tokens) after `parent`, as a leaf held by the caller; false (nothing changes) when a
+    /// cached block there already starts with the same tokens, so this one would add nothing.
+    pub(crate) fn insert_partial(&mut self, parent: Option<u32>, key: &[u32], block: u32) -> bool {
+        if key.is_empty() || self.best_partial(parent, key).is_some_and(|(_, m)| m == key.len()) {
+            return false;
+        }
+        self.insert(parent, key, block).is_ok()
+    }
+
     /// Gives back a hold on `block`; false when the block is not cached (a session's own).
     pub(crate) fn release(&mut self, block: u32) -> bool {
+        if !self.nodes.contains_key(&block) {
+            return false;
+        }
         let now = self.tick();
-        let Some(node) = self.nodes.get_mut(&block) else { return false };
+        let node = self.nodes.get_mut(&block).expect("checked above");
         node.refs -= 1;
         if node.refs == 0 {
             node.used = now;
@@ -177,6 +241,53 @@ mod tests {
 
     const TILE: usize = 2;
 
+    fn whole(blocks: &[u32]) -> Prefix {
+        Prefix { blocks: blocks.to_vec(), partial: None }
+    }
+
+    #[test]
+    fn what_follows_the_whole_blocks_matches_a_cached_blocks_leading_tokens() {
+        const TILE: usize = 4;
+        let mut tree = PrefixTree::default();
+        tree.insert(None, &[1, 2, 3, 4], 10).unwrap();
+        tree.insert(Some(10), &[5, 6, 7, 8], 11).unwrap();
+        tree.insert(Some(10), &[5, 6, 9, 9], 12).unwrap();
+        // [1 2 3 4] whole, then [5 6 7] leads block 11 (one more than block 12 shares).
+        let found = tree.lookup(&[1, 2, 3, 4, 5, 6, 7, 0, 0], TILE);
+        assert_eq!(found, Prefix { blocks: vec![10], partial: Some((11, 3)) });
+        assert_eq!(found.tokens(TILE), 7);
+        // A first block matched in part; a prompt that ends inside a cached block.
+        assert_eq!(tree.lookup(&[1, 2, 0, 0], TILE), Prefix { blocks: vec![], partial: Some((10, 2)) });
+        assert_eq!(tree.lookup(&[1, 2, 3, 4, 5], TILE), Prefix { blocks: vec![10], partial: Some((11, 1)) });
+        assert_eq!(tree.lookup(&[7, 7], TILE), whole(&[]));
+        let s = tree.stats();
+        assert_eq!((s.queries, s.hits, s.reused_tokens), (4, 3, 7 + 2 + 5));
+        // The blocks a lookup copies from are held like the whole ones until given back.
+        for b in [10, 11, 10, 10, 11] {
+            tree.release(b);
+        }
+        assert_eq!(tree.idle(), 0, "block 10 is still held by the three inserts' caller");
+    }
+
+    #[test]
+    fn a_finished_sessions_last_block_is_kept_unless_a_cached_block_covers_it() {
+        const TILE: usize = 4;
+        let mut tree = PrefixTree::default();
+        tree.insert(None, &[1, 2, 3, 4], 10).unwrap();
+        assert!(tree.insert_partial(Some(10), &[5, 6], 11), "the first session's tail");
+        assert!(!tree.insert_partial(Some(10), &[5], 12), "block 11 starts with [5] already");
+        assert!(!tree.insert_partial(Some(10), &[5, 6], 12), "nor a copy of block 11");
+        assert!(tree.insert_partial(Some(10), &[5, 6, 7], 12), "a longer tail adds a position");
+        assert_eq!(tree.lookup(&[1, 2, 3, 4, 5, 6, 7, 8], TILE), Prefix { blocks: vec![10], partial: Some((12, 3)) });
+        // A partial leaf is never a parent: a whole block after it is not found through it.
+        assert_eq!(tree.child(Some(11), &[5, 6, 7, 8]), None);
+        for b in [10, 12, 10, 11, 12] {
+            tree.release(b);
+        }
+        assert_eq!(tree.idle(), 3);
+        assert_eq!([tree.evict(), tree.evict(), tree.evict(), tree.evict()], [Some(11), Some(12), Some(10), None]);
+    }
+
     #[test]
     fn a_lookup_finds_the_longest_cached_prefix_in_whole_blocks() {
         let mut tree = PrefixTree::default();
@@ -184,11 +295,10 @@ mod tests {
         tree.insert(None, &[1, 2], 10).unwrap();
         tree.insert(Some(10), &[3, 4], 11).unwrap();
         tree.insert(Some(11), &[5, 6], 12).unwrap();
-        assert_eq!(tree.lookup(&[1, 2, 3, 4, 9, 9, 7], TILE), [10, 11]);
-        assert_eq!(tree.lookup(&[1, 2, 3], TILE), [10], "a partial block is never matched");
-        assert_eq!(tree.lookup(&[3, 4], TILE), Vec::<u32>::new(), "the same tokens at other positions are no match");
+        assert_eq!(tree.lookup(&[1, 2, 3, 4, 9, 9, 7], TILE), whole(&[10, 11]));
+        assert_eq!(tree.lookup(&[3, 4], TILE), whole(&[]), "the same tokens at other positions are no match");
         let s = tree.stats();
-        assert_eq!((s.queries, s.hits, s.queried_tokens, s.reused_tokens), (3, 2, 3 * 2 + 2 + 2, 6));
+        assert_eq!((s.queries, s.hits, s.queried_tokens, s.reused_tokens), (2, 1, 7 + 2, 4));
     }
 
     #[test]
@@ -214,11 +324,11 @@ mod tests {
         let mut tree = PrefixTree::default();
         tree.insert(None, &[1, 2], 0).unwrap();
         tree.release(0);
-        assert_eq!(tree.lookup(&[1, 2], TILE), [0]);
+        assert_eq!(tree.lookup(&[1, 2], TILE), whole(&[0]));
         assert_eq!((tree.idle(), tree.evict()), (0, None));
         tree.release(0);
         assert_eq!(tree.evict(), Some(0));
-        assert_eq!(tree.lookup(&[1, 2], TILE), Vec::<u32>::new());
+        assert_eq!(tree.lookup(&[1, 2], TILE), whole(&[]));
     }
 
     #[test]

@@ -202,8 +202,9 @@ pub struct Qwen2 {
 /// A block is taken when a cache first writes one of its positions and given back when the cache
 /// is cleared or dropped, so what the pool holds is what its caches use, never more than its
 /// blocks: a budget. A pool that reuses prefixes ([`Qwen2::kv_pool`]) keeps every full block
-/// its caches filled in its prefix cache ([`crate::prefix`]) after they give it back, and takes
-/// the least recently used of those back only when it has no free block left.
+/// its caches filled, and the partial last block of each finished one, in its prefix cache
+/// ([`crate::prefix`]) after they give it back, and takes the least recently used of those back
+/// only when it has no free block left.
 pub struct KvPool {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
@@ -287,23 +288,53 @@ impl KvPool {
         Some(taken)
     }
 
-    /// Gives back a cache's blocks, of which the first `shared` are in the prefix cache.
-    fn give(&self, blocks: impl IntoIterator<Item = u32>, shared: usize) {
+    /// Gives back a cache's blocks: those in the prefix cache stay there, idle once no cache
+    /// holds them; the rest are free.
+    fn give(&self, blocks: impl IntoIterator<Item = u32>) {
         let mut state = self.state();
-        for (i, block) in blocks.into_iter().enumerate() {
-            if i >= shared || !state.prefix.release(block) {
+        for block in blocks {
+            if !state.prefix.release(block) {
                 state.free.push(block);
             }
         }
     }
 
-    /// The cached blocks holding the longest prefix of `tokens` in whole blocks, now held by
-    /// the caller; none from a pool that does not reuse.
-    fn lookup(&self, tokens: &[u32]) -> Vec<u32> {
+    /// The cached prefix of `tokens` ([`crate::prefix::PrefixTree::lookup`]), its blocks now
+    /// held by the caller; nothing from a pool that does not reuse.
+    fn lookup(&self, tokens: &[u32]) -> crate::prefix::Prefix {
         if !self.reuse {
-            return Vec::new();
+            return crate::prefix::Prefix::default();
         }
         self.state().prefix.lookup(tokens, kernel::TILE)
+    }
+
+    /// Copies every layer's keys and values of block `from` into block `to`.
+    fn copy_block(&self, from: u32, to: u32) -> Result<()> {
+        let op = CopyBlock { from: from as usize, to: to as usize, blocks: self.blocks };
+        self.k.iter().chain(&self.v).try_for_each(|t| t.inplace_op1(&op))
+    }
+}
+
+/// Copies one block of a pool's layer tensor (keys or values) over another, in place.
+struct CopyBlock {
+    from: usize,
+    to: usize,
+    blocks: usize,
+}
+
+impl candle_core::InplaceOp1 for CopyBlock {
+    fn name(&self) -> &'static str {
+        "copy-kv-block"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &candle_core::Layout) -> Result<()> {
+        let (CpuStorage::F32(pool), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+            candle_core::bail!("copy-kv-block: the KV pool must be F32 and contiguous")
+        };
+        let each = (end - start) / self.blocks;
+        let from = start + self.from * each;
+        pool.copy_within(from..from + each, start + self.to * each);
+        Ok(())
     }
 }
 
@@ -311,7 +342,7 @@ impl KvPool {
 /// ([`KvPool`]): tile `t` of its positions lives in block `blocks[t]`. It holds the blocks its
 /// positions need, at most `capacity` positions' worth. Its first `shared` blocks are in the
 /// pool's prefix cache (found there, or put there once full); only positions past them are
-/// ever written.
+/// ever written, and once its session has finished ([`Cache::keep_tail`]) none.
 pub struct Cache {
     pool: std::sync::Arc<KvPool>,
     blocks: Vec<u32>,
@@ -322,7 +353,7 @@ pub struct Cache {
 
 impl Drop for Cache {
     fn drop(&mut self) {
-        self.pool.give(self.blocks.drain(..), self.shared);
+        self.pool.give(self.blocks.drain(..));
     }
 }
 
@@ -364,22 +395,36 @@ impl Cache {
     /// Gives every block back and forgets every position: a preempted session's cache, to be
     /// filled again from position 0.
     pub fn clear(&mut self) {
-        self.pool.give(self.blocks.drain(..), self.shared);
+        self.pool.give(self.blocks.drain(..));
         self.len = 0;
         self.shared = 0;
     }
 
-    /// Takes from the pool's prefix cache the longest cached prefix of `tokens` (whole blocks)
-    /// into this empty cache, and returns the positions it now holds; 0 from a pool that does
-    /// not reuse, or a cache that holds something already.
+    /// Takes from the pool's prefix cache the longest cached prefix of `tokens` into this empty
+    /// cache, and returns the positions it now holds: the whole blocks matched, shared, then
+    /// the leading positions of a partly matching block, copied into a block of its own (when
+    /// the pool has one to give); 0 from a pool that does not reuse, or a cache that holds
+    /// something already.
     pub(crate) fn attach(&mut self, tokens: &[u32]) -> usize {
         if !self.blocks.is_empty() || self.len > 0 {
             return 0;
         }
         let tokens = &tokens[..tokens.len().min(self.capacity)];
-        self.blocks = self.pool.lookup(tokens);
+        let found = self.pool.lookup(tokens);
+        self.blocks = found.blocks;
         self.shared = self.blocks.len();
         self.len = self.shared * kernel::TILE;
+        if let Some((from, m)) = found.partial {
+            // The source is held, so taking a block cannot evict it; a failed copy (never on the
+            // CPU) only means the positions are computed instead.
+            if let Some(own) = self.pool.take(1).map(|b| b[0]) {
+                self.blocks.push(own);
+                if self.pool.copy_block(from, own).is_ok() {
+                    self.len += m;
+                }
+            }
+            self.pool.give([from]);
+        }
         self.len
     }
 
@@ -405,6 +450,19 @@ impl Cache {
             }
             self.shared += 1;
         }
+    }
+
+    /// Puts its last, partly filled block into the pool's prefix cache, for a later prompt that
+    /// continues its history (the next turn of a chat): only once its session is done with it,
+    /// as it is never written again. `tokens` are the ids at its positions.
+    pub(crate) fn keep_tail(&mut self, tokens: &[u32]) {
+        let len = self.len.min(tokens.len());
+        let t = len / kernel::TILE;
+        if !self.pool.reuse || len % kernel::TILE == 0 || self.shared != t || self.blocks.len() <= t {
+            return;
+        }
+        let parent = t.checked_sub(1).map(|p| self.blocks[p]);
+        self.pool.state().prefix.insert_partial(parent, &tokens[t * kernel::TILE..len], self.blocks[t]);
     }
 
     /// Forgets the positions from `len` on: a forward that failed part way may have written
@@ -831,13 +889,14 @@ mod tests {
     }
 
     /// A cache in `pool` for `tokens`: the cached prefix taken (all but the last token may be),
-    /// the rest computed and its full blocks shared; returns the positions reused and the last
-    /// position's logits.
+    /// the rest computed, its full blocks shared and its last partial one kept, as a finished
+    /// session's are; returns the positions reused and the last position's logits.
     fn run(model: &Qwen2, pool: &std::sync::Arc<KvPool>, tokens: &[u32]) -> (usize, Vec<f32>) {
         let mut cache = model.cache_in(pool, 512);
         let reused = cache.attach(&tokens[..tokens.len() - 1]);
         let logits = model.forward(&mut cache, &tokens[reused..]).unwrap().to_vec1::<f32>().unwrap();
         cache.share(tokens);
+        cache.keep_tail(tokens);
         (reused, logits)
     }
 
@@ -850,24 +909,26 @@ mod tests {
         let (_tmp, loaded) = crate::stepper::tests::tiny();
         let model = &loaded.model;
         let first: Vec<u32> = (1..=200).collect();
-        // Shares 150 tokens with the first: two whole blocks.
+        // Shares 150 tokens with the first: two whole blocks and 22 positions of the third.
         let second: Vec<u32> = first[..150].iter().copied().chain(300..340).collect();
         let pool = model.kv_pool(16, true).unwrap();
         assert_eq!(run(model, &pool, &first).0, 0, "an empty cache has nothing to give");
         assert_eq!(pool.used_blocks(), 0, "a dropped cache's blocks are idle in the prefix cache");
         let (reused, hit) = run(model, &pool, &second);
-        assert_eq!(reused, 2 * kernel::TILE);
+        assert_eq!(reused, 150);
         let alone = model.kv_pool(16, false).unwrap();
         let (none, computed) = run(model, &alone, &second);
         assert_eq!(none, 0, "a pool that does not reuse finds nothing");
         assert_eq!(bits(&hit), bits(&computed), "the reused keys and values are the computed ones");
-        // The same prompt again: everything but its last block's partial tail comes cached.
+        // The same prompt again: all but its last token comes cached, its tail from the block
+        // the first run left partly filled.
         let (again, logits) = run(model, &pool, &first);
-        assert_eq!(again, 3 * kernel::TILE);
+        assert_eq!(again, first.len() - 1);
         assert_eq!(bits(&logits), bits(&run(model, &alone, &first).1));
         let s = pool.prefix_stats();
-        assert_eq!((s.queries, s.hits, s.reused_tokens, s.evictions), (3, 2, 5 * kernel::TILE as u64, 0));
+        assert_eq!((s.queries, s.hits, s.reused_tokens, s.evictions), (3, 2, 150 + 199, 0));
         assert_eq!(alone.prefix_stats(), crate::prefix::PrefixStats::default());
+        assert_eq!(pool.used_blocks(), 0, "the blocks copied from are given back");
     }
 
     #[test]
@@ -877,13 +938,13 @@ mod tests {
         let pool = model.kv_pool(4, true).unwrap();
         let first: Vec<u32> = (1..=200).collect();
         run(model, &pool, &first);
-        // Three full blocks stay cached, idle: all four blocks can be taken.
-        assert_eq!((pool.free_blocks(), pool.prefix_stats().cached_blocks), (4, 3));
+        // Three full blocks and the partial last one stay cached, idle: all four can be taken.
+        assert_eq!((pool.free_blocks(), pool.prefix_stats().cached_blocks), (4, 4));
         let other: Vec<u32> = (500..756).collect();
         let (reused, _) = run(model, &pool, &other);
         assert_eq!(reused, 0);
         let s = pool.prefix_stats();
-        assert_eq!(s.evictions, 3, "the cached blocks were taken back for the new prompt");
+        assert_eq!(s.evictions, 4, "the cached blocks were taken back for the new prompt");
         assert_eq!(s.cached_blocks, 4, "whose own four full blocks are cached now");
         assert_eq!(pool.peak_bytes(), 4 * pool.block_bytes());
         assert_eq!(run(model, &pool, &first).0, 0, "the first prompt's blocks are gone");

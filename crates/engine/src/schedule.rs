@@ -158,6 +158,16 @@ pub fn round_ms(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
 }
 
+/// `tokens` generated over `elapsed_ms`, per second, to the thousandth (0 for no time): a run's
+/// throughput as the experiments record it and their audits recompute it.
+pub fn tokens_per_s(tokens: usize, elapsed_ms: f64) -> f64 {
+    if elapsed_ms > 0.0 {
+        (tokens as f64 / elapsed_ms * 1e6).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
 fn since(start: Instant, at: Instant) -> f64 {
     round_ms(at.duration_since(start).as_nanos() as f64 / 1e6)
 }

@@ -10,8 +10,10 @@
 //! over its prompt and the tokens it had generated, which gives the cache the same bits (a row
 //! computes the same in any chunk), so it goes on to generate the same ids. In a pool that
 //! reuses prefixes, a session about to prefill first takes the longest cached prefix of what it
-//! must prefill (whole blocks, never its last token, whose logits it needs) and prefills only the
-//! rest; for the same reason, that changes none of its numbers.
+//! must prefill (whole blocks and the leading positions of one more, never its last token, whose
+//! logits it needs) and prefills only the rest; for the same reason, that changes none of its
+//! numbers. A finished session leaves its last partial block cached too, for the next turn of
+//! its conversation.
 
 use crate::load::LoadedModel;
 use crate::policy::Candidate;
@@ -195,7 +197,7 @@ impl Session {
     }
 
     /// Before a prefill from position 0: takes the longest cached prefix of what it must
-    /// prefill, less the last position (a prefill step must remain to give the logits).
+    /// prefill ([`Cache::attach`]), less the last position (a prefill step must remain to give the logits).
     /// Returns the positions taken.
     fn attach_prefix(&mut self) -> usize {
         if !self.cache.is_empty() || self.is_finished() {
@@ -226,7 +228,14 @@ impl Session {
     }
 
     pub(crate) fn rewind(&mut self, mark: usize) {
-        self.cache.truncate(mark);
+        if mark == 0 && self.unreported_reuse > 0 {
+            // The failed step took a cached prefix first: that goes back too, and the retry
+            // takes it again.
+            self.cache.clear();
+            self.reused -= std::mem::take(&mut self.unreported_reuse);
+        } else {
+            self.cache.truncate(mark);
+        }
     }
 
     /// What a scheduling policy may look at.
@@ -327,6 +336,9 @@ impl Session {
             }
         }
         self.cache.share(&self.tokens);
+        if self.finished.is_some() {
+            self.cache.keep_tail(&self.tokens);
+        }
         let reused = std::mem::take(&mut self.unreported_reuse);
         StepOutcome { kind: plan.kind, tokens: plan.tokens, position: plan.position, token, reused }
     }

@@ -58,7 +58,7 @@ pub struct ServerConfig {
     /// request: admission waits for blocks, and a step that needs more than are free preempts
     /// the most recently admitted requests. `None`: [`default_kv_budget`].
     pub kv_budget: Option<usize>,
-    /// Whether the KV pool keeps full blocks for later prompts with the same prefix
+    /// Whether the KV pool keeps what requests computed for later prompts with the same prefix
     /// ([`common::prefix`]): a request then prefills only past its longest cached prefix. On by
     /// default, as llama-server, vLLM and SGLang reuse.
     pub prefix_cache: bool,

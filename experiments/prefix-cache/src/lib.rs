@@ -235,11 +235,10 @@ pub fn draw_prompts(p: &Parameters, vocab: usize) -> BTreeMap<String, Vec<Vec<u3
 }
 
 /// What is wrong with a run's timeline, if anything: the jobs one at a time in order (fifo, one
-/// active), each a prefill of its prompt past what it reused (reuse only in a run with it, in
-/// whole blocks) that gives its first token, then one decode step per token, each in a forward
+/// active), each a prefill of its prompt past what it reused (reuse only in a run with it) that
+/// gives its first token, then one decode step per token, each in a forward
 /// of its own, none overlapping.
 pub fn timeline_problem(run: &RunRecord, prompts: &[Vec<u32>], max_new_tokens: usize) -> Option<String> {
-    let tile = common::kernel::TILE;
     let mut job = 0;
     let mut k = 0;
     let mut last_end = 0.0;
@@ -254,7 +253,6 @@ pub fn timeline_problem(run: &RunRecord, prompts: &[Vec<u32>], max_new_tokens: u
         let prompt = prompts.get(job).map_or(0, Vec::len);
         let honest = if k == 0 {
             s.kind == StepKind::Prefill
-                && s.reused.is_multiple_of(tile)
                 && (s.reused == 0 || run.reuse)
                 && s.position == s.reused
                 && s.reused.checked_add(s.tokens) == Some(prompt)
@@ -312,12 +310,7 @@ pub fn cached_ttft(requests: &[RequestRecord]) -> Option<f64> {
 
 /// Generated tokens per second of wall time, to the thousandth.
 pub fn tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
-    let tokens: usize = requests.iter().map(|r| r.output_ids.len()).sum();
-    if elapsed_ms > 0.0 {
-        (tokens as f64 / elapsed_ms * 1e6).round() / 1000.0
-    } else {
-        0.0
-    }
+    common::schedule::tokens_per_s(requests.iter().map(|r| r.output_ids.len()).sum(), elapsed_ms)
 }
 
 /// Per point and reuse: the spread over rounds.
@@ -426,11 +419,10 @@ impl Experiment for PrefixCache {
             {
                 f.wrong("invariants", "prompts", format!("point `{}`: not {} prompts of {prefix} + {} tokens, those the share picks sharing their prefix", run.point, p.requests, p.question_tokens));
             }
-            // Every job: its reuse (whole blocks, before its last prompt token), then its
-            // prefill of the rest, then its tokens; none beyond its cap.
+            // Every job: its reuse (before its last prompt token), then its prefill of the
+            // rest, then its tokens; none beyond its cap.
             for r in &run.requests {
-                let complete = r.reused_tokens.is_multiple_of(tile)
-                    && r.reused_tokens < r.prompt_tokens
+                let complete = r.reused_tokens < r.prompt_tokens
                     && r.reused_tokens + r.prefill_tokens == r.prompt_tokens
                     && !r.output_ids.is_empty()
                     && r.output_ids.len() <= p.max_new_tokens;

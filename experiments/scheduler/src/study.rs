@@ -427,12 +427,7 @@ fn in_first_appearance_order<K: PartialEq, T>(items: impl IntoIterator<Item = (K
 
 /// A run's generated tokens per second of its wall time, rounded to the thousandth.
 pub fn output_tokens_per_s(requests: &[RequestRecord], elapsed_ms: f64) -> f64 {
-    let tokens: usize = requests.iter().map(|r| r.output_ids.len()).sum();
-    if elapsed_ms > 0.0 {
-        (tokens as f64 / elapsed_ms * 1e6).round() / 1000.0
-    } else {
-        0.0
-    }
+    common::schedule::tokens_per_s(requests.iter().map(|r| r.output_ids.len()).sum(), elapsed_ms)
 }
 
 /// Median and spread over rounds of each run configuration's throughput and wall time, in the
@@ -624,19 +619,15 @@ fn timeline_invariants(run_index: usize, run: &RunRecord, jobs: &[JobRecord]) ->
         p.last_end = step.end_ms;
         if step.reused > 0 {
             // Taken from the prefix cache: only with reuse on, by a prefill that starts its job
-            // (or restarts it after a preemption), in whole blocks, and where that prefill starts.
-            let honest = run.prefix_cache
-                && step.kind == StepKind::Prefill
-                && p.computed == 0
-                && step.reused.is_multiple_of(common::kernel::TILE)
-                && step.position == step.reused;
+            // (or restarts it after a preemption), and where that prefill starts.
+            let honest =
+                run.prefix_cache && step.kind == StepKind::Prefill && p.computed == 0 && step.position == step.reused;
             if !honest {
                 problems.push(Invalid::new(
                     field("reused"),
                     format!(
-                        "{} positions reused: reuse is a prefix-cache run's, by a prefill at its job's start, in whole blocks of {}, ending where the prefill starts",
-                        step.reused,
-                        common::kernel::TILE
+                        "{} positions reused: reuse is a prefix-cache run's, by a prefill at its job's start, ending where the prefill starts",
+                        step.reused
                     ),
                 ));
                 return problems;

@@ -19,6 +19,7 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
         f.wrong("invariants", "arguments", "differs from provenance.settings.effective");
     }
     recorded_facts(artifact, f);
+    redrawn(artifact, f);
     for (i, r) in artifact.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
         let admitted = r.arrival.and_then(|a| a.admitted_s);
@@ -211,11 +212,10 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     if !just_after {
         f.wrong("invariants", "completed_at", "not the run's end (within a second after provenance.finished_at)");
     }
-    if let Some(w) = a
-        .workload
-        .as_ref()
-        .filter(|w| !["builtin", "jsonl", "sharegpt", "synthetic", "shared-prefix"].contains(&w.source.as_str()))
-    {
+    if let Some(w) = a.workload.as_ref().filter(|w| {
+        !["builtin", "jsonl", "sharegpt", "synthetic", "shared-prefix", "conversations", "multi-turn"]
+            .contains(&w.source.as_str())
+    }) {
         f.wrong("invariants", "workload.source", format!("`{}` is no workload this client sends", w.source));
     }
     let names: Vec<&str> = a.runtimes.iter().map(|r| r.name.as_str()).collect();
@@ -309,12 +309,56 @@ fn sequential(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     }
 }
 
+/// A generated workload is the one its seed draws: redrawn with the tokenizer it was counted
+/// with, when that is here with the recorded digest, every prompt's digest and length must come
+/// out as recorded. Without the tokenizer, a note says it was not redrawn.
+fn redrawn(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let Some(w) =
+        a.workload.as_ref().filter(|w| ["synthetic", "shared-prefix", "multi-turn"].contains(&w.source.as_str()))
+    else {
+        return;
+    };
+    let recorded = w.path.as_deref().unwrap_or_default();
+    let dir = match std::path::Path::new(recorded) {
+        p if p.is_absolute() => p.to_path_buf(),
+        p => common::workspace::Workspace::discover().map(|ws| ws.root).unwrap_or_default().join(p),
+    };
+    let here = std::fs::read(dir.join("tokenizer.json"))
+        .ok()
+        .map(|b| common::digest::bytes_digest(&b, common::digest::Algorithm::Sha256));
+    if here.is_none() || here != w.file_sha256 {
+        return f.note(
+            "invariants",
+            "workload",
+            format!("not redrawn: {recorded}/tokenizer.json is not here with the recorded digest (`models generate` makes it)"),
+        );
+    }
+    match crate::workload::redraw(w, a.arguments.seed, &dir) {
+        Some(Err(e)) => f.wrong("invariants", "workload.lengths", e),
+        Some(Ok(drawn)) if drawn.record != *w => f.wrong(
+            "invariants",
+            "workload",
+            format!(
+                "not what seed {} draws: items_sha256 {} where the draw gives {}",
+                a.arguments.seed, w.items_sha256, drawn.record.items_sha256
+            ),
+        ),
+        _ => {}
+    }
+}
+
 /// Closed rounds are whole: every runtime ran every concurrency level in every round, a round at
 /// concurrency c sending requests 0..c once each, and nothing else. A record deleted (a failure,
-/// say) or added shows here, whatever the summary was made to say.
+/// say) or added shows here, whatever the summary was made to say. In a multi-turn workload each
+/// request is a conversation: its turns recorded 0, 1, ... in order, each sent after the one
+/// before it ended, all of its item's turns or up to a failed one.
 fn closed_rounds(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
     let args = &artifact.arguments;
-    let mut seen: BTreeMap<(&str, usize, usize), Vec<usize>> = BTreeMap::new();
+    let turns = artifact.workload.as_ref().map_or(&[][..], |w| &w.conversation_turns[..]);
+    if artifact.workload.as_ref().is_some_and(|w| !turns.is_empty() && turns.len() != w.items) {
+        return f.wrong("invariants", "workload.conversation_turns", "not one count of turns per item");
+    }
+    let mut seen: BTreeMap<(&str, usize, usize), BTreeMap<usize, Vec<&RequestRecord>>> = BTreeMap::new();
     for (i, r) in artifact.requests.iter().enumerate() {
         let planned = args.concurrency.contains(&r.concurrency) && r.round < args.rounds && r.index < r.concurrency;
         if !planned {
@@ -328,27 +372,62 @@ fn closed_rounds(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
             );
             continue;
         }
-        seen.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().push(r.index);
+        if r.turn.is_some() == turns.is_empty() {
+            return f.wrong(
+                "invariants",
+                format!("requests[{i}].turn"),
+                "a turn is recorded for every request of a multi-turn workload, and only there",
+            );
+        }
+        seen.entry((r.runtime.as_str(), r.concurrency, r.round)).or_default().entry(r.index).or_default().push(r);
     }
     for runtime in &artifact.runtimes {
         for &c in &args.concurrency {
             for round in 0..args.rounds {
-                let mut indices = seen.get(&(runtime.name.as_str(), c, round)).cloned().unwrap_or_default();
-                indices.sort_unstable();
+                let sent = seen.get(&(runtime.name.as_str(), c, round));
+                let indices: Vec<usize> = sent.map(|s| s.keys().copied().collect()).unwrap_or_default();
+                let group = format!("{} concurrency {c} round {round}", runtime.name);
                 if indices != (0..c).collect::<Vec<_>>() {
-                    f.wrong(
+                    return f.wrong(
                         "invariants",
                         "requests",
-                        format!(
-                            "{} concurrency {c} round {round}: requests {indices:?}, but a closed round sends 0..{c} once each",
-                            runtime.name
-                        ),
+                        format!("{group}: requests {indices:?}, but a closed round sends 0..{c} once each"),
                     );
-                    return;
+                }
+                for (&index, records) in sent.into_iter().flatten() {
+                    // The item the client gave this request (`main.rs`'s `spec_of`).
+                    let item = round.checked_mul(c).and_then(|n| n.checked_add(index)).map(|n| n % turns.len().max(1));
+                    let planned = item.and_then(|k| turns.get(k)).copied().unwrap_or(1);
+                    if let Some(problem) = conversation_problem(records, planned) {
+                        return f.wrong("invariants", "requests", format!("{group} request {index}: {problem}"));
+                    }
                 }
             }
         }
     }
+}
+
+/// What is wrong with one closed-round request's records, a conversation of `planned` turns (a
+/// single request: one, without a turn number), if anything.
+fn conversation_problem(records: &[&RequestRecord], planned: usize) -> Option<String> {
+    let numbered = records.iter().enumerate().all(|(k, r)| r.turn.unwrap_or(0) == k);
+    if !numbered || records.len() > planned {
+        return Some(format!(
+            "{} records, turns {:?}, but it is {planned} turns sent 0, 1, ... once each",
+            records.len(),
+            records.iter().map(|r| r.turn).collect::<Vec<_>>()
+        ));
+    }
+    if records.len() < planned && records.last().is_some_and(|r| r.error.is_none()) {
+        return Some(format!(
+            "{} of its {planned} turns, the last a success: a conversation stops only at a failed turn",
+            records.len()
+        ));
+    }
+    records
+        .windows(2)
+        .any(|w| w[1].scheduled_s < w[0].end_s || w[1].sent_s.is_some_and(|s| s < w[0].end_s))
+        .then(|| "a turn sent before the turn before it ended".into())
 }
 
 /// An open loop kept its promises: it ran the groups planned (for a sweep, at the rates that its

@@ -285,6 +285,17 @@ pub struct BenchArgs {
     /// generated-shared-prefix dataset shapes them.
     #[arg(long, value_name = "G:P:S:Q", value_parser = crate::workload::SharedPrefix::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens"])]
     pub shared_prefix: Option<crate::workload::SharedPrefix>,
+    /// Multi-turn conversations from a file: JSON Lines of {"turns": [TEXT, ...]} with an optional
+    /// "system" and "max_tokens", or a ShareGPT export (each conversation's human turns). Each
+    /// turn is sent with the history before it and the server's actual replies; in each closed
+    /// round, --concurrency conversations run at once, each turn after the last one's answer.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompts", "sharegpt", "input_tokens", "shared_prefix"])]
+    pub conversations: Option<std::path::PathBuf>,
+    /// Generated multi-turn conversations, CONVERSATIONS:TURNS:SYSTEM:QUESTION: each with a system
+    /// prompt of SYSTEM tokens of its own and TURNS user turns of QUESTION tokens (counted with
+    /// the model's tokenizer, drawn from --seed), sent as --conversations sends a file's.
+    #[arg(long, value_name = "C:T:S:Q", value_parser = crate::workload::MultiTurn::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens", "shared_prefix", "conversations"])]
+    pub multi_turn: Option<crate::workload::MultiTurn>,
     /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens and
     /// ShareGPT replies' [default: the manifest's checkpoint].
     #[arg(long, value_name = "DIR")]
@@ -498,6 +509,12 @@ impl BenchArgs {
         }
         if self.server_no_prefix_cache {
             requested["server_no_prefix_cache"] = json!(true);
+        }
+        if let Some(path) = &self.conversations {
+            requested["conversations"] = json!(path);
+        }
+        if let Some(shape) = self.multi_turn {
+            requested["multi_turn"] = json!(shape.describe());
         }
         requested
     }

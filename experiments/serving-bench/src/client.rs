@@ -374,6 +374,53 @@ pub async fn measure(
     t0: Instant,
     scheduled: Option<Instant>,
 ) -> RequestRecord {
+    measure_reply(client, target, spec, timeouts, t0, scheduled).await.0
+}
+
+/// A conversation, turn by turn: its first turn as `spec` gives it, then each of `follow_ups` as
+/// the next user message after the history so far with the server's actual replies (as a chat
+/// user's client sends it). Each turn is a record, numbered in `turn`; a failed turn ends the
+/// conversation, as there is no reply to continue from.
+pub async fn converse(
+    client: &reqwest::Client,
+    target: &Runtime,
+    spec: &Spec<'_>,
+    follow_ups: &[String],
+    timeouts: &Timeouts,
+    t0: Instant,
+) -> Vec<RequestRecord> {
+    let mut history = match spec.messages {
+        Some(m) => m.as_array().cloned().unwrap_or_default(),
+        None => vec![json!({"role": "user", "content": spec.prompt})],
+    };
+    let mut records = Vec::with_capacity(follow_ups.len() + 1);
+    for turn in 0..=follow_ups.len() {
+        let messages = Value::Array(history.clone());
+        let (mut record, reply) =
+            measure_reply(client, target, &Spec { messages: Some(&messages), ..*spec }, timeouts, t0, None).await;
+        record.turn = Some(turn);
+        let failed = record.error.is_some();
+        records.push(record);
+        match follow_ups.get(turn) {
+            Some(next) if !failed => {
+                history.push(json!({"role": "assistant", "content": reply}));
+                history.push(json!({"role": "user", "content": next}));
+            }
+            _ => break,
+        }
+    }
+    records
+}
+
+/// [`measure`], and the text the server generated.
+async fn measure_reply(
+    client: &reqwest::Client,
+    target: &Runtime,
+    spec: &Spec<'_>,
+    timeouts: &Timeouts,
+    t0: Instant,
+    scheduled: Option<Instant>,
+) -> (RequestRecord, String) {
     let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
     let start = Instant::now();
     let mut rec = RequestRecord {
@@ -403,8 +450,10 @@ pub async fn measure(
         chunk_tokens: Vec::new(),
         replica: target.replica(spec.index).0,
         max_tokens: Some(spec.max_tokens as u64),
+        turn: None,
     };
-    let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec).await;
+    let mut reply = String::new();
+    let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec, &mut reply).await;
     // A count that contradicts the request is no success: it would enter throughput.
     let outcome = outcome.and_then(|()| match serving::usage_contradiction(&rec) {
         Some(problem) => Err((ErrorClass::InconsistentUsage, problem)),
@@ -415,9 +464,10 @@ pub async fn measure(
         rec.error_detail = Some(detail);
     }
     rec.end_s = secs(Instant::now());
-    rec
+    (rec, reply)
 }
 
+#[allow(clippy::too_many_arguments)] // one request's whole context, at its one caller
 async fn stream_into(
     client: &reqwest::Client,
     target: &Runtime,
@@ -426,6 +476,7 @@ async fn stream_into(
     start: Instant,
     t0: Instant,
     rec: &mut RequestRecord,
+    reply: &mut String,
 ) -> Result<(), (ErrorClass, String)> {
     let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
     let total_deadline = start + timeouts.total;
@@ -485,7 +536,8 @@ async fn stream_into(
         }
         for event in events.drain(..) {
             match event {
-                Event::Text(_) => {
+                Event::Text(text) => {
+                    reply.push_str(&text);
                     if rec.first_token_s.is_none() {
                         rec.first_token_s = Some(secs(at));
                     }

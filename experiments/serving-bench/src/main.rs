@@ -81,7 +81,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     println!(
         "prefix cache: {}",
         if kv.reuses_prefixes() {
-            "on: full blocks of every prompt are kept and reused by later prompts that start the same (--no-prefix-cache turns it off)"
+            "on: every prompt's and answer's positions are kept and reused by later prompts that start the same (--no-prefix-cache turns it off)"
         } else {
             "off (--no-prefix-cache)"
         }
@@ -265,11 +265,20 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
             Err(anyhow::anyhow!("{flag}: give --tokenizer DIR (the target model's tokenizer) or --manifest"))
         }
     };
-    if let Some(shape) = args.shared_prefix {
-        let dir = tokenizer_dir("--shared-prefix")?;
-        return Ok(Workload::shared_prefix(&dir, &ws.display_path(&dir), shape, params.seed)?);
-    }
     let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
+        _ if args.shared_prefix.is_some() || args.multi_turn.is_some() => {
+            let dir = tokenizer_dir(if args.multi_turn.is_some() { "--multi-turn" } else { "--shared-prefix" })?;
+            let shown = ws.display_path(&dir);
+            match (args.shared_prefix, args.multi_turn) {
+                (Some(shape), _) => Workload::shared_prefix(&dir, &shown, shape, params.seed)?,
+                (None, Some(shape)) => Workload::multi_turn(&dir, &shown, shape, params.seed)?,
+                (None, None) => unreachable!("one of the two is given"),
+            }
+        }
+        _ if args.conversations.is_some() => {
+            let path = args.conversations.as_deref().expect("given");
+            Workload::conversations(path, &ws.display_path(path))?
+        }
         (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
         (None, Some(path), _) => {
             // The replies' lengths are counted with the target model's tokenizer where there is one.
@@ -290,6 +299,9 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
     };
     if params.endpoint == serving::Endpoint::Completions && workload.items.iter().any(|i| i.messages.is_some()) {
         bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");
+    }
+    if params.arrivals.is_some() && workload.items.iter().any(|i| !i.follow_ups.is_empty()) {
+        bail!("multi-turn conversations run in closed rounds (--concurrency, --rounds): drop --request-rate, --sweep and the manifest's arrivals");
     }
     Ok(workload)
 }
@@ -324,11 +336,10 @@ async fn run(plan: &Plan) -> Result<Measured> {
     let per_target = match &params.arrivals {
         // A group bounded by its duration alone has no count known up front: the bar counts up.
         Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.sweep.unwrap_or(a.rates.len())),
-        None => params
-            .concurrency
-            .iter()
-            .try_fold(0usize, |n, c| n.checked_add(*c))
-            .and_then(|n| n.checked_mul(params.rounds)),
+        // Every turn of a conversation is a request.
+        None => (0..params.rounds)
+            .flat_map(|round| params.concurrency.iter().flat_map(move |&c| (0..c).map(move |i| round * c + i)))
+            .try_fold(0usize, |n, k| n.checked_add(items[k % items.len()].turns())),
     };
     let measured = per_target
         .and_then(|n| n.checked_mul(targets.len()))
@@ -403,13 +414,24 @@ async fn run(plan: &Plan) -> Result<Measured> {
         for &c in &params.concurrency {
             for target in targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
-                let specs: Vec<Spec> = (0..c).map(|i| spec_of(round * c + i, c, round, i)).collect();
-                let batch = futures_util::future::join_all(
-                    specs.iter().map(|s| client::measure(http, target, s, timeouts, t0, None)),
-                )
+                // A conversation sends its turns one after another; a single request is one turn.
+                let specs: Vec<(Spec, &[String])> = (0..c)
+                    .map(|i| {
+                        (spec_of(round * c + i, c, round, i), &items[(round * c + i) % items.len()].follow_ups[..])
+                    })
+                    .collect();
+                let batch = futures_util::future::join_all(specs.iter().map(|(s, follow_ups)| async move {
+                    if follow_ups.is_empty() {
+                        vec![client::measure(http, target, s, timeouts, t0, None).await]
+                    } else {
+                        client::converse(http, target, s, follow_ups, timeouts, t0).await
+                    }
+                }))
                 .await;
-                bar.inc(batch.len() as u64);
-                records.extend(batch);
+                for conversation in batch {
+                    bar.inc(conversation.len() as u64);
+                    records.extend(conversation);
+                }
             }
         }
     }
@@ -518,7 +540,9 @@ fn check_memory(params: &Parameters, items: &[workload::Item], targets: usize) -
     let request = serving::bytes_per_request(longest).saturating_mul(targets as u64);
     let (field, count, each) = match &params.arrivals {
         None => {
-            let per_round: u64 = params.concurrency.iter().map(|&c| c as u64).sum();
+            // A conversation records each of its turns.
+            let turns = items.iter().map(workload::Item::turns).max().unwrap_or(1) as u64;
+            let per_round: u64 = params.concurrency.iter().map(|&c| c as u64 * turns).sum();
             ("rounds", params.rounds as u64, request.saturating_mul(per_round))
         }
         Some(a) => {

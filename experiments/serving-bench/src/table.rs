@@ -58,6 +58,17 @@ pub fn summary(a: &ServingArtifact) -> String {
             goodput,
         );
     }
+    // Conversations: a first turn against the later ones, whose histories the server has seen.
+    for row in a.summary.iter().filter(|r| r.contains_key("ttft_s_first_turn_p50")) {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>8} turns: ttft p50 first {}ms, later {}ms",
+            row["runtime"].as_str().unwrap_or_default(),
+            load_cell(row, open),
+            f(row, "ttft_s_first_turn_p50", 1000.0),
+            f(row, "ttft_s_later_turns_p50", 1000.0),
+        );
+    }
     out
 }
 

@@ -11,8 +11,8 @@ use crate::serving::WorkloadRecord;
 use serde_json::Value;
 use std::path::Path;
 
-/// One request's content.
-#[derive(Debug, Clone, PartialEq)]
+/// One request's content, or a conversation's.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Item {
     /// Its name in the records (`short`, `line-12`, `conversation-3`).
     pub name: String,
@@ -22,6 +22,16 @@ pub struct Item {
     pub messages: Option<Value>,
     /// Its own cap on generated tokens, when the file gives one.
     pub max_tokens: Option<usize>,
+    /// A multi-turn conversation's later user turns, each sent after the server's reply to the
+    /// one before ([`crate::client::converse`]); empty for a single request.
+    pub follow_ups: Vec<String>,
+}
+
+impl Item {
+    /// The requests it makes: its turns.
+    pub fn turns(&self) -> usize {
+        1 + self.follow_ups.len()
+    }
 }
 
 /// The items to send in turn, and the record of where they came from.
@@ -40,10 +50,74 @@ pub enum WorkloadError {
     Line { path: String, line: usize, problem: String },
     #[error("{path}: {problem}; a ShareGPT file is a JSON array of {{\"conversations\": [{{\"from\": \"human\", \"value\": TEXT}}, ...]}}")]
     ShareGpt { path: String, problem: String },
+    #[error("{path}:{line}: {problem}; each line is {{\"turns\": [TEXT, ...]}}, with an optional \"system\" and \"max_tokens\"")]
+    Conversation { path: String, line: usize, problem: String },
     #[error("{path}: no prompts in it")]
     Empty { path: String },
     #[error("{path}: {cause}; give --tokenizer DIR, a folder holding the target model's tokenizer.json")]
     Tokenizer { path: String, cause: String },
+}
+
+/// The generated workload that `record` describes, drawn again from `seed` with the tokenizer in
+/// `tokenizer_dir` (the shape read back from the record's `lengths`); `None` for prompts read
+/// from a file or built in. What the audit compares with what was recorded.
+pub fn redraw(record: &WorkloadRecord, seed: u64, tokenizer_dir: &Path) -> Option<Result<Workload, String>> {
+    let shown = record.path.as_deref().unwrap_or_default();
+    let lengths = record.lengths.as_deref().unwrap_or_default();
+    let unreadable = || Err(format!("`{lengths}` names no {} shape", record.source));
+    let drawn = match record.source.as_str() {
+        "shared-prefix" => match SharedPrefix::parse(lengths.split(' ').next().unwrap_or_default()) {
+            Ok(shape) => Workload::shared_prefix(tokenizer_dir, shown, shape, seed),
+            Err(_) => return Some(unreadable()),
+        },
+        "multi-turn" => match MultiTurn::parse(lengths.split(' ').next().unwrap_or_default()) {
+            Ok(shape) => Workload::multi_turn(tokenizer_dir, shown, shape, seed),
+            Err(_) => return Some(unreadable()),
+        },
+        "synthetic" => {
+            let parts = lengths.strip_prefix("input ").and_then(|l| l.split_once(", output "));
+            match parts.map(|(i, o)| (Lengths::parse(i), Lengths::parse(o))) {
+                Some((Ok(input), Ok(output))) => {
+                    Workload::synthetic(tokenizer_dir, shown, input, output, record.items, seed)
+                }
+                _ => return Some(unreadable()),
+            }
+        }
+        _ => return None,
+    };
+    Some(drawn.map_err(|e| e.to_string()))
+}
+
+/// A line's own `max_tokens`, when it gives one.
+fn max_tokens_of(line: &Value) -> Result<Option<usize>, String> {
+    match line.get("max_tokens") {
+        None | Some(Value::Null) => Ok(None),
+        Some(m) => m
+            .as_u64()
+            .and_then(|m| usize::try_from(m).ok())
+            .filter(|m| (1..=crate::serving::MAX_COUNT).contains(m))
+            .map(Some)
+            .ok_or_else(|| format!("max_tokens {m} is not a count of 1 or more")),
+    }
+}
+
+/// The most turns a conversation may have.
+pub const MAX_TURNS: usize = 1000;
+
+/// A conversation's item: its first turn (after the system prompt, when there is one) as the
+/// first request, the others as follow-ups; none without a turn.
+fn conversation(name: String, system: Option<&str>, turns: &[&str], max_tokens: Option<usize>) -> Option<Item> {
+    let (first, rest) = turns.split_first()?;
+    let mut messages: Vec<Value> =
+        system.map(|s| serde_json::json!({"role": "system", "content": s})).into_iter().collect();
+    messages.push(serde_json::json!({"role": "user", "content": first}));
+    Some(Item {
+        name,
+        prompt: system.map_or_else(|| first.to_string(), |s| format!("{s}\n{first}")),
+        messages: Some(Value::Array(messages)),
+        max_tokens,
+        follow_ups: rest.iter().map(|t| t.to_string()).collect(),
+    })
 }
 
 /// A checkpoint folder's `tokenizer.json` (`shown`: the folder as recorded), its bytes (for the
@@ -128,7 +202,7 @@ impl Workload {
         let items: Vec<Item> = ["short", "medium", "code"]
             .iter()
             .filter_map(|k| prompts.get(*k).map(|p| (k, p)))
-            .map(|(k, p)| Item { name: k.to_string(), prompt: p.clone(), messages: None, max_tokens: None })
+            .map(|(k, p)| Item { name: k.to_string(), prompt: p.clone(), ..Item::default() })
             .collect();
         Self::new("builtin", None, None, items)
     }
@@ -144,18 +218,10 @@ impl Workload {
             }
             let bad = |problem: String| WorkloadError::Line { path: shown.to_string(), line: n + 1, problem };
             let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
-            let max_tokens = match v.get("max_tokens") {
-                None | Some(Value::Null) => None,
-                Some(m) => Some(
-                    m.as_u64()
-                        .and_then(|m| usize::try_from(m).ok())
-                        .filter(|m| (1..=crate::serving::MAX_COUNT).contains(m))
-                        .ok_or_else(|| bad(format!("max_tokens {m} is not a count of 1 or more")))?,
-                ),
-            };
+            let max_tokens = max_tokens_of(&v).map_err(bad)?;
             let name = format!("line-{}", n + 1);
             let item = match (v.get("prompt").and_then(Value::as_str), v.get("messages")) {
-                (Some(p), None) => Item { name, prompt: p.to_string(), messages: None, max_tokens },
+                (Some(p), None) => Item { name, prompt: p.to_string(), max_tokens, ..Item::default() },
                 (None, Some(m)) => {
                     let turns = m
                         .as_array()
@@ -168,7 +234,7 @@ impl Workload {
                             _ => return Err(bad("a message without a string role and content".into())),
                         }
                     }
-                    Item { name, prompt: contents.join("\n"), messages: Some(m.clone()), max_tokens }
+                    Item { name, prompt: contents.join("\n"), messages: Some(m.clone()), max_tokens, ..Item::default() }
                 }
                 _ => return Err(bad("neither a string prompt nor messages (exactly one)".into())),
             };
@@ -212,8 +278,8 @@ impl Workload {
             items.push(Item {
                 name: format!("conversation-{i}"),
                 prompt: text.to_string(),
-                messages: None,
                 max_tokens,
+                ..Item::default()
             });
         }
         if items.is_empty() {
@@ -246,7 +312,7 @@ impl Workload {
             let (want, cap) = (input.draw(&mut rng), output.draw(&mut rng));
             let (prompt, tokens) = words.text(want, &mut rng)?;
             counts.push(tokens as f64);
-            items.push(Item { name: format!("synthetic-{i}"), prompt, messages: None, max_tokens: Some(cap) });
+            items.push(Item { name: format!("synthetic-{i}"), prompt, max_tokens: Some(cap), ..Item::default() });
         }
         let lengths = format!("input {}, output {}", input.describe(), output.describe());
         Ok(Self::new("synthetic", Some(shown), Some(&words.bytes), items).with_tokens(lengths, &counts))
@@ -288,11 +354,90 @@ impl Workload {
                     name: format!("group-{g}-{q}"),
                     prompt: format!("{prefix}\n{question}"),
                     messages: Some(messages),
-                    max_tokens: None,
+                    ..Item::default()
                 });
             }
         }
         Ok(Self::new("shared-prefix", Some(shown), Some(&words.bytes), items).with_tokens(shape.describe(), &counts))
+    }
+
+    /// `--conversations FILE`: multi-turn conversations, each turn sent after the server's reply
+    /// to the one before. A JSON Lines file holds one `{"turns": [TEXT, ...]}` per line, with an
+    /// optional `"system"` prompt and `"max_tokens"` (each turn's cap); a ShareGPT export (a
+    /// JSON array) gives each conversation's human turns, after its system prompt if it has one,
+    /// its recorded replies replaced by the server's own.
+    pub fn conversations(path: &Path, shown: &str) -> Result<Self, WorkloadError> {
+        let bytes = read(path, shown)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut items = Vec::new();
+        if text.trim_start().starts_with('[') {
+            let bad = |problem: String| WorkloadError::ShareGpt { path: shown.to_string(), problem };
+            let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
+            for (i, c) in v.as_array().into_iter().flatten().enumerate() {
+                let Some(messages) = c.get("conversations").and_then(Value::as_array) else { continue };
+                let said = |who: &'static str| {
+                    messages
+                        .iter()
+                        .filter(move |t| t.get("from").and_then(Value::as_str) == Some(who))
+                        .filter_map(|t| t.get("value")?.as_str())
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                };
+                let turns: Vec<&str> = said("human").take(MAX_TURNS).collect();
+                if let Some(item) = conversation(format!("conversation-{i}"), said("system").next(), &turns, None) {
+                    items.push(item);
+                }
+            }
+        } else {
+            for (n, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let bad =
+                    |problem: String| WorkloadError::Conversation { path: shown.to_string(), line: n + 1, problem };
+                let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
+                let turns: Vec<&str> = v
+                    .get("turns")
+                    .and_then(Value::as_array)
+                    .and_then(|t| t.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+                    .filter(|t| (1..=MAX_TURNS).contains(&t.len()))
+                    .ok_or_else(|| bad(format!("turns is not an array of 1 to {MAX_TURNS} strings")))?;
+                let system = match v.get("system") {
+                    None | Some(Value::Null) => None,
+                    Some(s) => Some(s.as_str().ok_or_else(|| bad("system is not a string".into()))?),
+                };
+                let max_tokens = max_tokens_of(&v).map_err(bad)?;
+                items.extend(conversation(format!("line-{}", n + 1), system, &turns, max_tokens));
+            }
+        }
+        if items.is_empty() {
+            return Err(WorkloadError::Empty { path: shown.to_string() });
+        }
+        Ok(Self::new("conversations", Some(shown), Some(&bytes), items))
+    }
+
+    /// `--multi-turn`: `shape.conversations` conversations of `shape.turns` turns, each with a
+    /// system prompt of `shape.system` tokens of its own and user turns of `shape.question`
+    /// tokens (as `tokenizer_dir`'s tokenizer counts them: everyday English words drawn from
+    /// `seed`). Each turn resends the history with the server's replies, so all but the newest
+    /// question is a prefix the server has seen.
+    pub fn multi_turn(tokenizer_dir: &Path, shown: &str, shape: MultiTurn, seed: u64) -> Result<Self, WorkloadError> {
+        use rand::SeedableRng;
+        let mut words = Words::new(tokenizer_dir, shown)?;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut items = Vec::with_capacity(shape.conversations);
+        let mut counts = Vec::with_capacity(shape.conversations);
+        for c in 0..shape.conversations {
+            let (system, system_tokens) = words.text(shape.system, &mut rng)?;
+            let mut turns = Vec::with_capacity(shape.turns);
+            for _ in 0..shape.turns {
+                turns.push(words.text(shape.question, &mut rng)?);
+            }
+            counts.push((system_tokens + turns[0].1) as f64);
+            let texts: Vec<&str> = turns.iter().map(|(t, _)| t.as_str()).collect();
+            items.extend(conversation(format!("conversation-{c}"), Some(&system), &texts, None));
+        }
+        Ok(Self::new("multi-turn", Some(shown), Some(&words.bytes), items).with_tokens(shape.describe(), &counts))
     }
 
     /// The record with how the lengths were drawn and the prompts' lengths in tokens.
@@ -309,7 +454,15 @@ impl Workload {
         // The digest of what is sent, so even the built-in prompts compare across versions.
         let canonical: Vec<Value> = items
             .iter()
-            .map(|i| serde_json::json!({"prompt": i.prompt, "messages": i.messages, "max_tokens": i.max_tokens}))
+            .map(|i| {
+                let mut item =
+                    serde_json::json!({"prompt": i.prompt, "messages": i.messages, "max_tokens": i.max_tokens});
+                // Named only for conversations, so single requests digest as they always did.
+                if !i.follow_ups.is_empty() {
+                    item["follow_ups"] = serde_json::json!(i.follow_ups);
+                }
+                item
+            })
             .collect();
         let digest = common::digest::bytes_digest(
             Value::Array(canonical).to_string().as_bytes(),
@@ -332,6 +485,10 @@ impl Workload {
             prompt_tokens_p50: None,
             prompt_tokens_mean: None,
             prompt_tokens_max: None,
+            conversation_turns: match items.iter().any(|i| !i.follow_ups.is_empty()) {
+                true => items.iter().map(Item::turns).collect(),
+                false => Vec::new(),
+            },
         };
         Workload { items, record }
     }
@@ -392,17 +549,10 @@ pub struct SharedPrefixError(String);
 
 impl SharedPrefix {
     pub fn parse(s: &str) -> Result<Self, SharedPrefixError> {
-        let bad = || SharedPrefixError(s.to_string());
-        let n = |p: &str, max: usize| p.parse::<usize>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(bad);
-        match s.split(':').collect::<Vec<_>>().as_slice() {
-            [g, p, s, q] => Ok(SharedPrefix {
-                groups: n(g, 10_000)?,
-                prompts: n(p, 10_000)?,
-                prefix: n(s, MAX_SYNTHETIC_TOKENS)?,
-                question: n(q, MAX_SYNTHETIC_TOKENS)?,
-            }),
-            _ => Err(bad()),
-        }
+        let [groups, prompts, prefix, question] =
+            four_counts(s, [10_000, 10_000, MAX_SYNTHETIC_TOKENS, MAX_SYNTHETIC_TOKENS])
+                .ok_or_else(|| SharedPrefixError(s.to_string()))?;
+        Ok(SharedPrefix { groups, prompts, prefix, question })
     }
 
     /// As the record and the command line give it.
@@ -410,6 +560,47 @@ impl SharedPrefix {
         let SharedPrefix { groups, prompts, prefix, question } = self;
         format!("{groups}:{prompts}:{prefix}:{question} ({groups} groups of {prompts} prompts: a shared system prompt of {prefix} tokens, a question of {question})")
     }
+}
+
+/// A `--multi-turn` shape: `conversations` conversations of `turns` turns, each with a system
+/// prompt of `system` tokens and user turns of `question` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultiTurn {
+    pub conversations: usize,
+    pub turns: usize,
+    pub system: usize,
+    pub question: usize,
+}
+
+/// A `--multi-turn` value that is no shape.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a multi-turn shape: CONVERSATIONS:TURNS:SYSTEM:QUESTION, e.g. 8:6:200:40 (conversations from 1 to 10000, turns from 1 to {turns}, token counts from 1 to {max})", turns = MAX_TURNS, max = MAX_SYNTHETIC_TOKENS)]
+pub struct MultiTurnError(String);
+
+impl MultiTurn {
+    pub fn parse(s: &str) -> Result<Self, MultiTurnError> {
+        let [conversations, turns, system, question] =
+            four_counts(s, [10_000, MAX_TURNS, MAX_SYNTHETIC_TOKENS, MAX_SYNTHETIC_TOKENS])
+                .ok_or_else(|| MultiTurnError(s.to_string()))?;
+        Ok(MultiTurn { conversations, turns, system, question })
+    }
+
+    /// As the record and the command line give it.
+    pub fn describe(self) -> String {
+        let MultiTurn { conversations, turns, system, question } = self;
+        format!("{conversations}:{turns}:{system}:{question} ({conversations} conversations of {turns} turns: a system prompt of {system} tokens each, user turns of {question})")
+    }
+}
+
+/// `A:B:C:D`, four counts each from 1 to its maximum.
+fn four_counts(s: &str, max: [usize; 4]) -> Option<[usize; 4]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let parts: [&str; 4] = parts.try_into().ok()?;
+    let mut out = [0; 4];
+    for ((o, p), m) in out.iter_mut().zip(parts).zip(max) {
+        *o = p.parse::<usize>().ok().filter(|n| (1..=m).contains(n))?;
+    }
+    Some(out)
 }
 
 /// The spread of the prompts' lengths in characters, as a workload's record gives it (and the
@@ -524,6 +715,81 @@ mod tests {
         for bad in ["1:2:3", "0:1:1:1", "1:1:0:1", "1:1:1:x", "1:1:1:999999999"] {
             assert!(
                 SharedPrefix::parse(bad).unwrap_err().to_string().contains("GROUPS:PROMPTS:PREFIX:QUESTION"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn conversations_come_from_jsonl_or_sharegpt_and_a_bad_line_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("c.jsonl");
+        std::fs::write(
+            &path,
+            "{\"turns\": [\"hi\", \"and then?\"], \"system\": \"be brief\", \"max_tokens\": 5}\n\n{\"turns\": [\"one turn\"]}\n",
+        )
+        .unwrap();
+        let w = Workload::conversations(&path, "c.jsonl").unwrap();
+        assert_eq!(w.items.len(), 2);
+        let first = &w.items[0];
+        assert_eq!((first.name.as_str(), first.turns(), first.max_tokens), ("line-1", 2, Some(5)));
+        assert_eq!(first.messages.as_ref().unwrap()[0], serde_json::json!({"role": "system", "content": "be brief"}));
+        assert_eq!(first.messages.as_ref().unwrap()[1], serde_json::json!({"role": "user", "content": "hi"}));
+        assert_eq!(first.follow_ups, ["and then?"]);
+        assert_eq!((w.items[1].name.as_str(), w.items[1].turns()), ("line-3", 1));
+        assert_eq!((w.record.source.as_str(), w.record.conversation_turns.clone()), ("conversations", vec![2, 1]));
+        // The later turns are in the digest: a changed follow-up is another workload.
+        std::fs::write(&path, "{\"turns\": [\"hi\", \"and now?\"], \"system\": \"be brief\", \"max_tokens\": 5}\n{\"turns\": [\"one turn\"]}\n").unwrap();
+        assert_ne!(Workload::conversations(&path, "c.jsonl").unwrap().record.items_sha256, w.record.items_sha256);
+        for (line, problem) in [
+            ("{\"turns\": []}", "turns is not an array"),
+            ("{\"turns\": [\"a\", 3]}", "turns is not an array"),
+            ("{\"turns\": [\"a\"], \"system\": 1}", "system is not a string"),
+            ("{\"turns\": [\"a\"], \"max_tokens\": 0}", "max_tokens 0"),
+            ("nope", "not JSON"),
+        ] {
+            std::fs::write(&path, format!("{{\"turns\": [\"fine\"]}}\n{line}\n")).unwrap();
+            let e = Workload::conversations(&path, "c.jsonl").unwrap_err().to_string();
+            assert!(e.starts_with("c.jsonl:2: ") && e.contains(problem) && e.contains("{\"turns\""), "{e}");
+        }
+        // A ShareGPT export: the human turns after the system prompt; the recorded replies go.
+        let share = tmp.path().join("s.json");
+        let conversations = serde_json::json!([
+            {"conversations": [
+                {"from": "system", "value": "You help."}, {"from": "human", "value": "Q1"},
+                {"from": "gpt", "value": "A1"}, {"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]},
+            {"conversations": [{"from": "gpt", "value": "no human turn"}]},
+            {"conversations": [{"from": "human", "value": "Alone"}]},
+        ]);
+        std::fs::write(&share, conversations.to_string()).unwrap();
+        let w = Workload::conversations(&share, "s.json").unwrap();
+        let shown: Vec<(&str, usize)> = w.items.iter().map(|i| (i.name.as_str(), i.turns())).collect();
+        assert_eq!(shown, [("conversation-0", 2), ("conversation-2", 1)]);
+        assert_eq!(w.items[0].messages.as_ref().unwrap()[0]["content"], "You help.");
+        assert_eq!(w.items[0].follow_ups, ["Q2"]);
+    }
+
+    #[test]
+    fn generated_conversations_have_their_shape_and_are_drawn_from_the_seed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tiny");
+        common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &dir, false).unwrap();
+        let shape = MultiTurn::parse("3:4:50:8").unwrap();
+        assert_eq!(shape, MultiTurn { conversations: 3, turns: 4, system: 50, question: 8 });
+        let w = Workload::multi_turn(&dir, "tiny", shape, 7).unwrap();
+        assert_eq!(w.items.len(), 3);
+        assert!(w.items.iter().all(|i| i.turns() == 4 && i.messages.as_ref().unwrap().as_array().unwrap().len() == 2));
+        let system = |i: usize| w.items[i].messages.as_ref().unwrap()[0]["content"].as_str().unwrap().to_string();
+        assert_ne!(system(0), system(1), "each conversation has its own system prompt");
+        let (tokenizer, _, _) = load_tokenizer(&dir, "tiny").unwrap();
+        let count = |t: &str| tokenizer.encode(t, false).unwrap().get_ids().len();
+        assert!((49..=51).contains(&count(&system(0))) && (7..=9).contains(&count(&w.items[0].follow_ups[2])));
+        assert_eq!((w.record.source.as_str(), w.record.conversation_turns.clone()), ("multi-turn", vec![4, 4, 4]));
+        assert_eq!(Workload::multi_turn(&dir, "tiny", shape, 7).unwrap().record.items_sha256, w.record.items_sha256);
+        assert_ne!(Workload::multi_turn(&dir, "tiny", shape, 8).unwrap().record.items_sha256, w.record.items_sha256);
+        for bad in ["1:2:3", "0:1:1:1", "1:1001:1:1", "1:1:1:x"] {
+            assert!(
+                MultiTurn::parse(bad).unwrap_err().to_string().contains("CONVERSATIONS:TURNS:SYSTEM:QUESTION"),
                 "{bad}"
             );
         }

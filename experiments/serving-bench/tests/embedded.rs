@@ -541,6 +541,86 @@ fn synthetic_prompts_have_the_lengths_drawn_as_the_tokenizer_counts() {
     assert_audits_ok(&out);
 }
 
+/// Generated conversations run turn by turn: each turn resends the history with the server's
+/// own reply (its prompt grows by more than that reply), the embedded server reuses the history
+/// it has cached, the summary splits first from later turns, and the audit holds a conversation
+/// to all its turns in order.
+#[test]
+fn conversations_resend_the_servers_replies_and_the_audit_holds_their_turns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--target", "openai=embedded", "--multi-turn", "2:3:80:12", "--max-tokens", "6", "--ignore-eos"];
+    let out = bench_run(tmp.path(), "multi", &[&args[..], &["--rounds", "1", "--concurrency", "2"]].concat())
+        .expect("the benchmark run");
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let turns: Vec<(usize, Option<usize>)> = a.requests.iter().map(|r| (r.index, r.turn)).collect();
+    let mut sorted = turns.clone();
+    sorted.sort();
+    assert_eq!(sorted, [(0, Some(0)), (0, Some(1)), (0, Some(2)), (1, Some(0)), (1, Some(1)), (1, Some(2))]);
+    assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests);
+    let mut reusable = 0;
+    for index in 0..2 {
+        let conversation: Vec<_> = a.requests.iter().filter(|r| r.index == index).collect();
+        for w in conversation.windows(2) {
+            let (before, after) = (w[0].usage_prompt_tokens.unwrap(), w[1].usage_prompt_tokens.unwrap());
+            assert!(
+                after > before + w[0].output_tokens().0,
+                "the history with the reply and a new turn: {before} -> {after}"
+            );
+            assert!(w[1].scheduled_s >= w[0].end_s, "a turn waits for the reply before it");
+            reusable += before;
+        }
+    }
+    // Every later turn found at least the previous turn's prompt cached.
+    let reused = a.embedded_kv.as_ref().unwrap().prefix_cache.unwrap().reused_tokens;
+    assert!(reused >= reusable, "{reused} reused, {reusable} positions of earlier prompts");
+    let w = a.workload.as_ref().unwrap();
+    assert_eq!((w.source.as_str(), w.conversation_turns.clone()), ("multi-turn", vec![3, 3]));
+    let row = &a.summary[0];
+    assert_eq!((row["ttft_s_first_turn_n"].as_u64(), row["ttft_s_later_turns_n"].as_u64()), (Some(2), Some(4)));
+    assert_audits_ok(&out);
+    // A conversation's last turn dropped, or its turns renumbered, is caught.
+    let last = a.requests.iter().rposition(|r| r.index == 0).unwrap();
+    for edit in [
+        Box::new(move |v: &mut Value| {
+            v["requests"].as_array_mut().unwrap().remove(last);
+        }) as Box<dyn FnOnce(&mut Value)>,
+        Box::new(move |v: &mut Value| v["requests"][last]["turn"] = json!(5)),
+    ] {
+        let forged = resealed(&out, |v| {
+            edit(v);
+            let mut unsealed = v.clone();
+            unsealed.as_object_mut().unwrap().remove("seal");
+            let a: serving_bench::serving::ServingArtifact = serde_json::from_value(unsealed).unwrap();
+            v["summary"] =
+                serde_json::to_value(serving_bench::serving::summarize_all(&a.arguments, &a.runtimes, &a.requests))
+                    .unwrap();
+        });
+        let report = audit_of(&forged);
+        assert!(
+            report.findings.iter().any(|f| f.check == "invariants" && f.message.contains("turn")),
+            "{:#?}",
+            report.findings
+        );
+    }
+    // The generated workload is redrawn from the seed: other prompts claimed are caught; without
+    // the tokenizer it was counted with, a note says it was not redrawn.
+    let other = resealed(&out, |v| v["workload"]["items_sha256"] = json!("0".repeat(64)));
+    let report = audit_of(&other);
+    assert!(report.findings.iter().any(|f| f.message.contains("not what seed")), "{:#?}", report.findings);
+    let elsewhere = resealed(&out, |v| v["workload"]["path"] = json!("nowhere"));
+    let report = audit_of(&elsewhere);
+    assert!(
+        report.findings.iter().any(|f| f.message.starts_with("not redrawn: nowhere/tokenizer.json")),
+        "{:#?}",
+        report.findings
+    );
+    // Conversations need closed rounds and chat.
+    for extra in [&["--request-rate", "5", "--num-requests", "2"][..], &["--endpoint", "completions"][..]] {
+        let e = bench_run(tmp.path(), "refused", &[&args[..], extra].concat()).unwrap_err();
+        assert!(e.contains("closed rounds") || e.contains("need chat"), "{e}");
+    }
+}
+
 #[test]
 fn replicas_of_one_deployment_are_measured_as_one_target() {
     let tmp = tempfile::tempdir().unwrap();

@@ -100,6 +100,10 @@ pub struct RequestRecord {
     /// success never counts more output tokens than this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Its turn in a multi-turn conversation (0 the first), which sent the history before it with
+    /// the server's replies; absent for a single request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<usize>,
 }
 
 /// Where a run's prompts came from, and enough about them to tell whether two runs sent the
@@ -107,14 +111,15 @@ pub struct RequestRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadRecord {
-    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt`, `synthetic` or `shared-prefix`.
+    /// `builtin` (the seed's three prompts), `jsonl`, `sharegpt`, `synthetic`, `shared-prefix`,
+    /// `conversations` (a file's multi-turn conversations) or `multi-turn` (generated ones).
     pub source: String,
     /// The file, as given (for synthetic prompts, the tokenizer's folder).
     pub path: Option<String>,
     /// SHA-256 of the file's bytes (for synthetic prompts, of `tokenizer.json`).
     pub file_sha256: Option<String>,
-    /// SHA-256 of the items read from it (prompt, messages, max_tokens): equal for the same
-    /// requests whatever the file's formatting.
+    /// SHA-256 of the items read from it (prompt, messages, max_tokens, and a conversation's
+    /// later turns): equal for the same requests whatever the file's formatting.
     pub items_sha256: String,
     pub items: usize,
     pub prompt_chars_min: Option<f64>,
@@ -135,6 +140,10 @@ pub struct WorkloadRecord {
     pub prompt_tokens_mean: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_max: Option<f64>,
+    /// For multi-turn conversations: each item's turns, in the items' order (the audit checks
+    /// that every conversation sent them all, or stopped at a failed one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversation_turns: Vec<usize>,
 }
 
 /// An open-loop request's group and window.

@@ -40,6 +40,18 @@ pub(crate) fn summarize_group(
     row.insert("failures_by_class".into(), serde_json::json!(classes));
     let collect = |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
     put(&mut row, "ttft_s", &collect(RequestRecord::ttft));
+    // Multi-turn conversations: a first turn's TTFT beside the later turns', whose histories
+    // the server has seen (all but the newest question, with a prefix cache).
+    if records.iter().any(|r| r.turn.is_some()) {
+        let ttft_of = |later: bool| {
+            ok.iter()
+                .filter(|r| r.turn.is_some_and(|t| (t > 0) == later))
+                .filter_map(|r| r.ttft())
+                .collect::<Vec<f64>>()
+        };
+        put(&mut row, "ttft_s_first_turn", &ttft_of(false));
+        put(&mut row, "ttft_s_later_turns", &ttft_of(true));
+    }
     put(&mut row, "total_s", &collect(|r| Some(r.total())));
     let prompt = collect(RequestRecord::prompt_tps);
     put(&mut row, "prompt_tps", &prompt);
@@ -321,6 +333,7 @@ mod tests {
             chunk_tokens: Vec::new(),
             replica: None,
             max_tokens: None,
+            turn: None,
         }
     }
 
