@@ -80,11 +80,11 @@ mkdir -p artifacts/bench
   --shared-prefix 1:32:1000:24 --max-tokens 32 \
   --out "artifacts/bench/serving-shared-prefix-$(date -u +%Y%m%dT%H%M%SZ).json"
 
-# Chats: eight generated conversations of four turns (a 500-token system prompt of each one's
+# Chats: twelve generated conversations of four turns (a 500-token system prompt of each one's
 # own, 40-token questions), each turn resending the history with the server's actual replies,
 # one conversation at a time and four at once: a prefix cache serves all but the newest turn.
 ./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
-  --multi-turn 8:4:500:40 --max-tokens 48 --ignore-eos --rounds 2 \
+  --multi-turn 12:4:500:40 --max-tokens 48 --ignore-eos --rounds 2 \
   --out "artifacts/bench/serving-multi-turn-$(date -u +%Y%m%dT%H%M%SZ).json"
 # The same two servers under open-loop load: Poisson arrivals at each rate in turn, the servers
 # taking turns per rate, latency against achieved throughput in one artifact.

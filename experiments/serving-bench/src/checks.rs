@@ -395,9 +395,9 @@ fn closed_rounds(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
                     );
                 }
                 for (&index, records) in sent.into_iter().flatten() {
-                    // The item the client gave this request (`main.rs`'s `spec_of`).
-                    let item = round.checked_mul(c).and_then(|n| n.checked_add(index)).map(|n| n % turns.len().max(1));
-                    let planned = item.and_then(|k| turns.get(k)).copied().unwrap_or(1);
+                    // The item the client gave this request.
+                    let item = args.closed_item(round, c, index) % turns.len().max(1);
+                    let planned = turns.get(item).copied().unwrap_or(1);
                     if let Some(problem) = conversation_problem(records, planned) {
                         return f.wrong("invariants", "requests", format!("{group} request {index}: {problem}"));
                     }

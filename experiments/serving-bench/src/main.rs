@@ -318,7 +318,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
     let Plan { targets, http, timeouts, t0, options, .. } = plan;
     let (t0, options, params) = (*t0, *options, &plan.prepared.parameters);
     let items = &plan.workload.items;
-    // The `n`-th request's spec: the workload's items in turn.
+    // The spec of a request sending the `n`-th item: the workload's items in turn.
     let spec_of = |n: usize, concurrency: usize, round: usize, index: usize| {
         let item = &items[n % items.len()];
         Spec {
@@ -338,8 +338,10 @@ async fn run(plan: &Plan) -> Result<Measured> {
         Some(a) => a.num_requests.unwrap_or(0).checked_mul(a.sweep.unwrap_or(a.rates.len())),
         // Every turn of a conversation is a request.
         None => (0..params.rounds)
-            .flat_map(|round| params.concurrency.iter().flat_map(move |&c| (0..c).map(move |i| round * c + i)))
-            .try_fold(0usize, |n, k| n.checked_add(items[k % items.len()].turns())),
+            .flat_map(|round| params.concurrency.iter().flat_map(move |&c| (0..c).map(move |i| (round, c, i))))
+            .try_fold(0usize, |n, (round, c, i)| {
+                n.checked_add(items[params.closed_item(round, c, i) % items.len()].turns())
+            }),
     };
     let measured = per_target
         .and_then(|n| n.checked_mul(targets.len()))
@@ -416,9 +418,8 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
                 // A conversation sends its turns one after another; a single request is one turn.
                 let specs: Vec<(Spec, &[String])> = (0..c)
-                    .map(|i| {
-                        (spec_of(round * c + i, c, round, i), &items[(round * c + i) % items.len()].follow_ups[..])
-                    })
+                    .map(|i| (i, params.closed_item(round, c, i)))
+                    .map(|(i, n)| (spec_of(n, c, round, i), &items[n % items.len()].follow_ups[..]))
                     .collect();
                 let batch = futures_util::future::join_all(specs.iter().map(|(s, follow_ups)| async move {
                     if follow_ups.is_empty() {

@@ -457,13 +457,15 @@ fn a_prompts_file_is_sent_in_turn_with_its_own_caps_and_its_digest_is_recorded()
             "1",
             "--concurrency",
             "4",
+            "--warmups",
+            "1",
         ],
     )
     .expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     let sent: Vec<(&str, u64)> = a.requests.iter().map(|r| (r.prompt.as_str(), r.output_tokens().0)).collect();
-    // In turn, each with its own cap, reached because end-of-sequence is ignored.
-    assert_eq!(sent, [("line-1", 3), ("line-2", 5), ("line-1", 3), ("line-2", 5)]);
+    // In turn after the warm-up's, each with its own cap, reached because end-of-sequence is ignored.
+    assert_eq!(sent, [("line-2", 5), ("line-1", 3), ("line-2", 5), ("line-1", 3)]);
     let w = a.workload.as_ref().unwrap();
     assert_eq!((w.source.as_str(), w.items, w.items_with_max_tokens), ("jsonl", 2, 2));
     let bytes = std::fs::read(&file).unwrap();
@@ -488,8 +490,12 @@ fn sharegpt_conversations_are_capped_at_their_replies_lengths_as_the_tokenizer_c
     std::fs::write(&file, conversations.to_string()).unwrap();
     let args =
         ["--target", "openai=embedded", "--sharegpt", file.to_str().unwrap(), "--ignore-eos", "--max-tokens", "9"];
-    let out = bench_run(tmp.path(), "sharegpt", &[&args[..], &["--rounds", "1", "--concurrency", "3"]].concat())
-        .expect("the benchmark run");
+    let out = bench_run(
+        tmp.path(),
+        "sharegpt",
+        &[&args[..], &["--rounds", "1", "--concurrency", "3", "--warmups", "0"]].concat(),
+    )
+    .expect("the benchmark run");
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     // The replies' lengths as the pinned checkpoint's tokenizer counts them; no reply: --max-tokens.
     let dir = tmp.path().join("models/generated/tiny");

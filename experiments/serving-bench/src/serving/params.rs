@@ -138,6 +138,19 @@ pub const MAX_COUNT: usize = 1 << 20;
 pub(crate) const MAX_TIMEOUT_S: f64 = common::manifest::MAX_WAIT_S;
 
 impl Parameters {
+    /// Which of the workload's items (counted on, before wrapping around them) request `index`
+    /// of closed round `round` at `concurrency` sends: the warm-ups take the first, then each
+    /// group in run order (rounds, then concurrency levels) the next. Every target sends the
+    /// same item there, and no request repeats an earlier one's prompt while the workload has
+    /// items left: a repeat would find its whole prompt in a prefix cache, which is not the
+    /// traffic a workload of distinct questions describes.
+    pub fn closed_item(&self, round: usize, concurrency: usize, index: usize) -> usize {
+        let per_round: usize = self.concurrency.iter().fold(0, |n, &c| n.saturating_add(c));
+        let before: usize =
+            self.concurrency.iter().take_while(|&&c| c != concurrency).fold(0, |n, &c| n.saturating_add(c));
+        self.warmups.saturating_add(round.saturating_mul(per_round)).saturating_add(before).saturating_add(index)
+    }
+
     /// One line per problem, naming the field.
     pub fn validate(&self) -> Result<(), Invalid> {
         if self.rounds == 0 {
@@ -316,4 +329,22 @@ fn yes() -> bool {
 
 fn is_yes(b: &bool) -> bool {
     *b
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn closed_rounds_take_items_after_the_warmups_in_run_order_without_repeats() {
+        let p = super::super::Parameters {
+            warmups: 1,
+            rounds: 2,
+            concurrency: vec![1, 4],
+            ..crate::cli::seed_parameters()
+        };
+        let sent: Vec<usize> = (0..2)
+            .flat_map(|round| [1, 4].into_iter().flat_map(move |c| (0..c).map(move |i| (round, c, i))))
+            .map(|(round, c, i)| p.closed_item(round, c, i))
+            .collect();
+        assert_eq!(sent, (1..11).collect::<Vec<_>>(), "item 0 went to the warm-up; the rest once each");
+    }
 }
