@@ -228,7 +228,7 @@ proptest! {
             let e = EXPERIMENTS.iter().find(|e| e.name() == m.experiment).ok_or("no such experiment")?;
             e.check_manifest(&m).map_err(|e| e.to_string())?;
             common::experiment::check_claims(*e, &m).map_err(|e| e.to_string())?;
-            before_the_run(&m.experiment, &[m.experiment.clone()], &m.parameters)
+            before_the_run(&m.experiment, std::slice::from_ref(&m.experiment), &m.parameters)
         })?;
     }
 }

@@ -41,6 +41,8 @@ fn a_failed_claim_fails_reproduce_unless_allowed() {
     };
     let (code, stdout) = reproduce(&[]);
     assert!(stdout.contains("1 reproduced, 0 skipped, 0 failed"), "{stdout}");
+    // The run's own output passed on line by line, each line naming its manifest.
+    assert!(stdout.lines().any(|l| l.starts_with("[scheduler/tiny] artifact: ")), "{stdout}");
     let table = stdout.split("\nclaims\n").nth(1).unwrap_or_else(|| panic!("no claims table: {stdout}"));
     let line = table.lines().find(|l| l.contains("interleave-cuts-interactive-ttft")).unwrap();
     assert!(line.starts_with("scheduler/tiny") && line.contains(">= 1000") && line.ends_with("fails"), "{line}");

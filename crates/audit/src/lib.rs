@@ -33,8 +33,11 @@ pub struct Audit<'a> {
     experiments: &'a [&'a dyn AnyExperiment],
     /// Source hashes by crate folder: an experiment's linked sources are read once per audit,
     /// not once per artifact.
-    hashes: Mutex<BTreeMap<String, Result<(String, usize), Arc<std::io::Error>>>>,
+    hashes: Mutex<BTreeMap<String, SourceHash>>,
 }
+
+/// A crate folder's source hash and the count of files it covers, or why it could not be read.
+type SourceHash = Result<(String, usize), Arc<std::io::Error>>;
 
 impl<'a> Audit<'a> {
     /// An audit of `ws`'s artifacts by the `experiments` registered.

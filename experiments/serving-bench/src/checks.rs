@@ -424,6 +424,18 @@ fn conversation_problem(records: &[&RequestRecord], planned: usize) -> Option<St
             records.len()
         ));
     }
+    if let Some(other) = records.iter().find(|r| r.prompt != records[0].prompt) {
+        return Some(format!(
+            "its turns name prompts `{}` and `{}`, but a conversation is one item's",
+            records[0].prompt, other.prompt
+        ));
+    }
+    // Each turn resends the turn before with its reply and a new message, so the prompt grows
+    // (counted where the server said, on the turns that succeeded).
+    let counts: Vec<u64> = records.iter().filter(|r| r.error.is_none()).filter_map(|r| r.usage_prompt_tokens).collect();
+    if counts.windows(2).any(|w| w[1] <= w[0]) {
+        return Some(format!("prompt tokens {counts:?} turn by turn, but each turn resends the one before and more"));
+    }
     records
         .windows(2)
         .any(|w| w[1].scheduled_s < w[0].end_s || w[1].sent_s.is_some_and(|s| s < w[0].end_s))

@@ -119,7 +119,7 @@ impl KvBudget {
             _ => return Err(bad()),
         };
         let bytes = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
-        if !(bytes.is_finite() && bytes >= 1.0 && bytes <= 1e15) {
+        if !(bytes.is_finite() && (1.0..=1e15).contains(&bytes)) {
             return Err(bad());
         }
         Ok(KvBudget::Bytes(bytes as u64))
@@ -436,14 +436,7 @@ impl BenchArgs {
         if !args.slo.is_empty() {
             p.slo = args.slo.iter().cloned().collect();
         }
-        let open = !args.request_rate.is_empty()
-            || args.sweep.is_some()
-            || args.burstiness.is_some()
-            || args.max_concurrency.is_some()
-            || args.num_requests.is_some()
-            || args.duration.is_some()
-            || args.warmup_requests.is_some();
-        if open {
+        if !args.open_loop_flags().is_empty() {
             let a = p.arrivals.get_or_insert_with(|| serving::Arrivals {
                 rates: vec![None],
                 sweep: None,
@@ -471,6 +464,44 @@ impl BenchArgs {
             }
         }
         p
+    }
+
+    /// The open-loop flags given, as a user typed them: any of them makes the run an open loop.
+    pub fn open_loop_flags(&self) -> Vec<&'static str> {
+        [
+            ("--request-rate", !self.request_rate.is_empty()),
+            ("--sweep", self.sweep.is_some()),
+            ("--burstiness", self.burstiness.is_some()),
+            ("--max-concurrency", self.max_concurrency.is_some()),
+            ("--num-requests", self.num_requests.is_some()),
+            ("--duration", self.duration.is_some()),
+            ("--warmup-requests", self.warmup_requests.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
+    /// The flags given that set the effective parameter `field` (as [`Parameters::validate`]
+    /// names it), so that an error blames what the user typed rather than the manifest.
+    pub fn flags_behind(&self, field: &str) -> Vec<&'static str> {
+        let root = field.split(['.', '[']).next().unwrap_or_default();
+        let one = |flag: &'static str, given: bool| if given { vec![flag] } else { Vec::new() };
+        match root {
+            "arrivals" => self.open_loop_flags(),
+            "rounds" => one("--rounds", self.rounds.is_some()),
+            "warmups" => one("--warmups", self.warmups.is_some()),
+            "concurrency" => one("--concurrency", !self.concurrency.is_empty()),
+            "max_tokens" => one("--max-tokens", self.max_tokens.is_some()),
+            "connect_timeout_s" => one("--connect-timeout", self.connect_timeout.is_some()),
+            "first_token_timeout_s" => one("--first-token-timeout", self.first_token_timeout.is_some()),
+            "idle_timeout_s" => one("--idle-timeout", self.idle_timeout.is_some()),
+            "total_timeout_s" => one("--timeout", self.timeout.is_some()),
+            "percentiles" => one("--percentiles", !self.percentiles.is_empty()),
+            "slo" => one("--slo", !self.slo.is_empty()),
+            "server_kv_budget" => one("--server-kv-budget", self.server_kv_budget.is_some()),
+            _ => Vec::new(),
+        }
     }
 
     /// What the command line asked for, as `provenance.settings.requested` records it.

@@ -3,7 +3,7 @@
 //! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
 
 use anyhow::{bail, Context, Result};
-use common::experiment::{claims_table, judge_claims, load_model, Model, ModelArgs, Prepared};
+use common::experiment::{claims_table, judge_claims, load_model, Model, ModelArgs, PrepareError, Prepared};
 use common::workspace::Workspace;
 use serve::ServerConfig;
 use serving_bench::cli::{BenchArgs, Cli, Command, ServeArgs, TargetSpec};
@@ -134,7 +134,13 @@ async fn plan(cli: &Cli) -> Result<Plan> {
     let embedded = specs.iter().any(|t| t.url.is_none());
     // The embedded target needs a model (and so a manifest or --model-dir); external ones don't.
     let load = embedded || args.model.manifest.is_some();
-    let prepared = Prepared::prepare_optional(&ServingBench, cli, load)?;
+    let prepared = Prepared::prepare_optional(&ServingBench, cli, load).map_err(|e| match e {
+        // A parameter a flag set is the flag's error, not the manifest's.
+        PrepareError::Parameters { cause, .. } if !args.flags_behind(&cause.field).is_empty() => {
+            anyhow::anyhow!("{}: {cause}", args.flags_behind(&cause.field).join(", "))
+        }
+        e => e.into(),
+    })?;
     let params = &prepared.parameters;
     // `prepare` validated the run (`cli::check_run`, schedules drawn and all); only its timeouts
     // are wanted here.
@@ -265,20 +271,17 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
             Err(anyhow::anyhow!("{flag}: give --tokenizer DIR (the target model's tokenizer) or --manifest"))
         }
     };
+    // The workload flags conflict with one another (clap), so at most one is given.
     let workload = match (&args.prompts, &args.sharegpt, args.input_tokens) {
-        _ if args.shared_prefix.is_some() || args.multi_turn.is_some() => {
-            let dir = tokenizer_dir(if args.multi_turn.is_some() { "--multi-turn" } else { "--shared-prefix" })?;
-            let shown = ws.display_path(&dir);
-            match (args.shared_prefix, args.multi_turn) {
-                (Some(shape), _) => Workload::shared_prefix(&dir, &shown, shape, params.seed)?,
-                (None, Some(shape)) => Workload::multi_turn(&dir, &shown, shape, params.seed)?,
-                (None, None) => unreachable!("one of the two is given"),
-            }
+        _ if let Some(shape) = args.shared_prefix => {
+            let dir = tokenizer_dir("--shared-prefix")?;
+            Workload::shared_prefix(&dir, &ws.display_path(&dir), shape, params.seed)?
         }
-        _ if args.conversations.is_some() => {
-            let path = args.conversations.as_deref().expect("given");
-            Workload::conversations(path, &ws.display_path(path))?
+        _ if let Some(shape) = args.multi_turn => {
+            let dir = tokenizer_dir("--multi-turn")?;
+            Workload::multi_turn(&dir, &ws.display_path(&dir), shape, params.seed)?
         }
+        _ if let Some(path) = &args.conversations => Workload::conversations(path, &ws.display_path(path))?,
         (Some(path), _, _) => Workload::jsonl(path, &ws.display_path(path))?,
         (None, Some(path), _) => {
             // The replies' lengths are counted with the target model's tokenizer where there is one.
@@ -300,8 +303,13 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
     if params.endpoint == serving::Endpoint::Completions && workload.items.iter().any(|i| i.messages.is_some()) {
         bail!("--endpoint completions sends text: the workload has conversations (messages), which need chat");
     }
-    if params.arrivals.is_some() && workload.items.iter().any(|i| !i.follow_ups.is_empty()) {
-        bail!("multi-turn conversations run in closed rounds (--concurrency, --rounds): drop --request-rate, --sweep and the manifest's arrivals");
+    if params.arrivals.is_some() && workload.is_conversational() {
+        let given = args.open_loop_flags();
+        let cause = match given.is_empty() {
+            true => "the manifest's arrivals make an open loop; give --manifest one without arrivals".to_string(),
+            false => format!("{} make an open loop; drop them", given.join(", ")),
+        };
+        bail!("multi-turn conversations run in closed rounds (--concurrency, --rounds): {cause}");
     }
     Ok(workload)
 }
@@ -318,6 +326,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
     let Plan { targets, http, timeouts, t0, options, .. } = plan;
     let (t0, options, params) = (*t0, *options, &plan.prepared.parameters);
     let items = &plan.workload.items;
+    let conversational = plan.workload.is_conversational();
     // The spec of a request sending the `n`-th item: the workload's items in turn.
     let spec_of = |n: usize, concurrency: usize, round: usize, index: usize| {
         let item = &items[n % items.len()];
@@ -416,16 +425,17 @@ async fn run(plan: &Plan) -> Result<Measured> {
         for &c in &params.concurrency {
             for target in targets {
                 bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
-                // A conversation sends its turns one after another; a single request is one turn.
+                // In a workload of conversations every item is one, turns numbered, even one of
+                // a single turn; otherwise each item is a single request.
                 let specs: Vec<(Spec, &[String])> = (0..c)
                     .map(|i| (i, params.closed_item(round, c, i)))
                     .map(|(i, n)| (spec_of(n, c, round, i), &items[n % items.len()].follow_ups[..]))
                     .collect();
                 let batch = futures_util::future::join_all(specs.iter().map(|(s, follow_ups)| async move {
-                    if follow_ups.is_empty() {
-                        vec![client::measure(http, target, s, timeouts, t0, None).await]
-                    } else {
+                    if conversational {
                         client::converse(http, target, s, follow_ups, timeouts, t0).await
+                    } else {
+                        vec![client::measure(http, target, s, timeouts, t0, None).await]
                     }
                 }))
                 .await;
@@ -511,7 +521,7 @@ fn print(args: &BenchArgs, ws: &Workspace, path: &Path, label: Option<&str>) -> 
         }
     }
     print!("{}", table::summary(&artifact));
-    for note in serving::backlog_notes(&artifact.requests) {
+    for note in serving::backlog_notes(&artifact.requests).into_iter().chain(serving::unsent_turns_notes(&artifact)) {
         println!("note: {note}");
     }
     print!("{}", table::comparison(&artifact));

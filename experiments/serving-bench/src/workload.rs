@@ -41,19 +41,40 @@ pub struct Workload {
     pub record: WorkloadRecord,
 }
 
+impl Workload {
+    /// Whether its items are conversations, sent turn by turn with each turn numbered: when any
+    /// item has a later turn (the record then counts every item's turns).
+    pub fn is_conversational(&self) -> bool {
+        conversational(&self.items)
+    }
+}
+
+fn conversational(items: &[Item]) -> bool {
+    items.iter().any(|i| !i.follow_ups.is_empty())
+}
+
+/// What a `--prompts` file holds, for its errors.
+const JSONL_LINE: &str = r#"each line is {"prompt": TEXT} or {"messages": [...]}, with an optional "max_tokens""#;
+/// What a ShareGPT export holds, for its errors.
+const SHAREGPT_SHAPE: &str = r#"a ShareGPT file is a JSON array of {"conversations": [{"from": "human", "value": TEXT}, ...]} ("user" and "assistant" read as "human" and "gpt"; "system" gives a system prompt)"#;
+/// What a `--conversations` file holds, for its errors.
+const CONVERSATIONS_SHAPE: &str = r#"a conversations file has one {"turns": [TEXT, ...]} per line, with an optional "system" and "max_tokens", or is a ShareGPT JSON array of {"conversations": [{"from": "human", "value": TEXT}, ...]} ("user" reads as "human")"#;
+
 /// Why a workload file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("{path}: {cause}")]
     Read { path: String, cause: std::io::Error },
-    #[error("{path}:{line}: {problem}; each line is {{\"prompt\": TEXT}} or {{\"messages\": [...]}}, with an optional \"max_tokens\"")]
+    #[error("{path}:{line}: {problem}; {JSONL_LINE}")]
     Line { path: String, line: usize, problem: String },
-    #[error("{path}: {problem}; a ShareGPT file is a JSON array of {{\"conversations\": [{{\"from\": \"human\", \"value\": TEXT}}, ...]}}")]
+    #[error("{path}: {problem}; {SHAREGPT_SHAPE}")]
     ShareGpt { path: String, problem: String },
-    #[error("{path}:{line}: {problem}; each line is {{\"turns\": [TEXT, ...]}}, with an optional \"system\" and \"max_tokens\"")]
+    #[error("{path}:{line}: {problem}; {CONVERSATIONS_SHAPE}")]
     Conversation { path: String, line: usize, problem: String },
-    #[error("{path}: no prompts in it")]
-    Empty { path: String },
+    #[error("{path}: no prompts in it; {expected}")]
+    Empty { path: String, expected: &'static str },
+    #[error("{what}: {tokens} tokens of text to generate, more than the {max} a workload may draw; give fewer or shorter prompts", max = MAX_GENERATED_TOKENS)]
+    TooLarge { what: String, tokens: u128 },
     #[error("{path}: {cause}; give --tokenizer DIR, a folder holding the target model's tokenizer.json")]
     Tokenizer { path: String, cause: String },
 }
@@ -65,12 +86,14 @@ pub fn redraw(record: &WorkloadRecord, seed: u64, tokenizer_dir: &Path) -> Optio
     let shown = record.path.as_deref().unwrap_or_default();
     let lengths = record.lengths.as_deref().unwrap_or_default();
     let unreadable = || Err(format!("`{lengths}` names no {} shape", record.source));
+    // A shape as given on the command line, before its description in words.
+    let shape = lengths.split(' ').next().unwrap_or_default();
     let drawn = match record.source.as_str() {
-        "shared-prefix" => match SharedPrefix::parse(lengths.split(' ').next().unwrap_or_default()) {
+        "shared-prefix" => match SharedPrefix::parse(shape) {
             Ok(shape) => Workload::shared_prefix(tokenizer_dir, shown, shape, seed),
             Err(_) => return Some(unreadable()),
         },
-        "multi-turn" => match MultiTurn::parse(lengths.split(' ').next().unwrap_or_default()) {
+        "multi-turn" => match MultiTurn::parse(shape) {
             Ok(shape) => Workload::multi_turn(tokenizer_dir, shown, shape, seed),
             Err(_) => return Some(unreadable()),
         },
@@ -98,6 +121,17 @@ fn max_tokens_of(line: &Value) -> Result<Option<usize>, String> {
             .filter(|m| (1..=crate::serving::MAX_COUNT).contains(m))
             .map(Some)
             .ok_or_else(|| format!("max_tokens {m} is not a count of 1 or more")),
+    }
+}
+
+/// Who said a ShareGPT message: `human`, `gpt` or `system`, as its `from` names it (exports
+/// that say `user` and `assistant` read the same).
+fn speaker(message: &Value) -> Option<&'static str> {
+    match message.get("from").and_then(Value::as_str)? {
+        "human" | "user" => Some("human"),
+        "gpt" | "assistant" => Some("gpt"),
+        "system" => Some("system"),
+        _ => None,
     }
 }
 
@@ -148,6 +182,10 @@ pub enum Lengths {
 #[error("`{0}` is not a length distribution: fixed:N, uniform:LO:HI or normal:MEAN:SD:LO:HI, counts from 1 to {max}", max = MAX_SYNTHETIC_TOKENS)]
 pub struct LengthsError(String);
 
+/// The most tokens of text a generated workload draws, all its prompts together: drawing costs
+/// tokenizer work in proportion, before anything is sent.
+pub const MAX_GENERATED_TOKENS: u128 = 1 << 24;
+
 /// The longest synthetic prompt or answer, in tokens.
 pub const MAX_SYNTHETIC_TOKENS: usize = 1 << 17;
 
@@ -182,6 +220,13 @@ impl Lengths {
                     .unwrap_or(mean);
                 (v.round().max(lo as f64).min(hi as f64)) as usize
             }
+        }
+    }
+
+    /// The longest it draws.
+    fn max(self) -> usize {
+        match self {
+            Lengths::Fixed(n) | Lengths::Uniform(_, n) | Lengths::Normal { hi: n, .. } => n,
         }
     }
 
@@ -241,7 +286,7 @@ impl Workload {
             items.push(item);
         }
         if items.is_empty() {
-            return Err(WorkloadError::Empty { path: shown.to_string() });
+            return Err(WorkloadError::Empty { path: shown.to_string(), expected: JSONL_LINE });
         }
         Ok(Self::new("jsonl", Some(shown), Some(&bytes), items))
     }
@@ -260,7 +305,7 @@ impl Workload {
         let mut items = Vec::new();
         for (i, c) in conversations.iter().enumerate() {
             let Some(turns) = c.get("conversations").and_then(Value::as_array) else { continue };
-            let from = |t: &Value, who: &str| t.get("from").and_then(Value::as_str) == Some(who);
+            let from = |t: &Value, who: &str| speaker(t) == Some(who);
             let Some(at) = turns.iter().position(|t| from(t, "human")) else { continue };
             let text = turns[at].get("value").and_then(Value::as_str).unwrap_or_default().trim();
             if text.is_empty() {
@@ -283,7 +328,7 @@ impl Workload {
             });
         }
         if items.is_empty() {
-            return Err(WorkloadError::Empty { path: shown.to_string() });
+            return Err(WorkloadError::Empty { path: shown.to_string(), expected: SHAREGPT_SHAPE });
         }
         let mut w = Self::new("sharegpt", Some(shown), Some(&bytes), items);
         w.record.lengths = Some(match tokenizer_dir {
@@ -304,7 +349,8 @@ impl Workload {
         seed: u64,
     ) -> Result<Self, WorkloadError> {
         use rand::SeedableRng;
-        let mut words = Words::new(tokenizer_dir, shown)?;
+        let what = || format!("--synthetic-count {count} with --input-tokens {}", input.describe());
+        let mut words = Words::new(tokenizer_dir, shown, what, count as u128 * input.max() as u128)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut items = Vec::with_capacity(count);
         let mut counts = Vec::with_capacity(count);
@@ -330,7 +376,10 @@ impl Workload {
         seed: u64,
     ) -> Result<Self, WorkloadError> {
         use rand::SeedableRng;
-        let mut words = Words::new(tokenizer_dir, shown)?;
+        let SharedPrefix { groups, prompts, prefix, question } = shape;
+        let tokens = groups as u128 * (prefix as u128 + prompts as u128 * question as u128);
+        let what = || format!("--shared-prefix {groups}:{prompts}:{prefix}:{question}");
+        let mut words = Words::new(tokenizer_dir, shown, what, tokens)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut prefixes = Vec::with_capacity(shape.groups);
         for _ in 0..shape.groups {
@@ -378,12 +427,18 @@ impl Workload {
                 let said = |who: &'static str| {
                     messages
                         .iter()
-                        .filter(move |t| t.get("from").and_then(Value::as_str) == Some(who))
+                        .filter(move |t| speaker(t) == Some(who))
                         .filter_map(|t| t.get("value")?.as_str())
                         .map(str::trim)
                         .filter(|t| !t.is_empty())
                 };
-                let turns: Vec<&str> = said("human").take(MAX_TURNS).collect();
+                let turns: Vec<&str> = said("human").collect();
+                if turns.len() > MAX_TURNS {
+                    return Err(bad(format!(
+                        "conversation {i} has {} human turns, more than {MAX_TURNS}; split it or leave it out",
+                        turns.len()
+                    )));
+                }
                 if let Some(item) = conversation(format!("conversation-{i}"), said("system").next(), &turns, None) {
                     items.push(item);
                 }
@@ -411,7 +466,7 @@ impl Workload {
             }
         }
         if items.is_empty() {
-            return Err(WorkloadError::Empty { path: shown.to_string() });
+            return Err(WorkloadError::Empty { path: shown.to_string(), expected: CONVERSATIONS_SHAPE });
         }
         Ok(Self::new("conversations", Some(shown), Some(&bytes), items))
     }
@@ -423,7 +478,10 @@ impl Workload {
     /// question is a prefix the server has seen.
     pub fn multi_turn(tokenizer_dir: &Path, shown: &str, shape: MultiTurn, seed: u64) -> Result<Self, WorkloadError> {
         use rand::SeedableRng;
-        let mut words = Words::new(tokenizer_dir, shown)?;
+        let MultiTurn { conversations, turns, system, question } = shape;
+        let tokens = conversations as u128 * (system as u128 + turns as u128 * question as u128);
+        let what = || format!("--multi-turn {conversations}:{turns}:{system}:{question}");
+        let mut words = Words::new(tokenizer_dir, shown, what, tokens)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut items = Vec::with_capacity(shape.conversations);
         let mut counts = Vec::with_capacity(shape.conversations);
@@ -485,7 +543,7 @@ impl Workload {
             prompt_tokens_p50: None,
             prompt_tokens_mean: None,
             prompt_tokens_max: None,
-            conversation_turns: match items.iter().any(|i| !i.follow_ups.is_empty()) {
+            conversation_turns: match conversational(&items) {
                 true => items.iter().map(Item::turns).collect(),
                 false => Vec::new(),
             },
@@ -501,13 +559,38 @@ struct Words {
     bytes: Vec<u8>,
     error: Box<dyn Fn(String) -> WorkloadError>,
     words: Vec<&'static str>,
+    /// Tokens drawn of those asked for, on a bar when there are enough to take seconds.
+    progress: indicatif::ProgressBar,
 }
 
 impl Words {
-    fn new(tokenizer_dir: &Path, shown: &str) -> Result<Self, WorkloadError> {
+    /// Ready to draw `tokens` tokens of text in all, at most [`MAX_GENERATED_TOKENS`]: drawing
+    /// costs tokenizer work in proportion, before anything is sent (`what` names the flags that
+    /// asked for more).
+    fn new(
+        tokenizer_dir: &Path,
+        shown: &str,
+        what: impl FnOnce() -> String,
+        tokens: u128,
+    ) -> Result<Self, WorkloadError> {
+        if tokens > MAX_GENERATED_TOKENS {
+            return Err(WorkloadError::TooLarge { what: what(), tokens });
+        }
         let (tokenizer, bytes, error) = load_tokenizer(tokenizer_dir, shown)?;
         let words = common::generate::ENGLISH_WORDS.split_whitespace().collect();
-        Ok(Words { tokenizer, bytes, error: Box::new(error), words })
+        let progress = match tokens >= 1 << 20 {
+            true => indicatif::ProgressBar::new(tokens as u64)
+                .with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "drawing the workload [{bar:30}] {pos}/{len} tokens, {eta} left",
+                    )
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+                )
+                .with_finish(indicatif::ProgressFinish::AndClear),
+            false => indicatif::ProgressBar::hidden(),
+        };
+        Ok(Words { tokenizer, bytes, error: Box::new(error), words, progress })
     }
 
     /// A text of `want` tokens drawn from `rng`, and the tokens it encodes to again (which may
@@ -528,6 +611,7 @@ impl Words {
         };
         let prompt = self.tokenizer.decode(&ids, true).map_err(|e| (self.error)(e.to_string()))?;
         let sent = encode(&prompt)?.get_ids().len();
+        self.progress.inc(want as u64);
         Ok((prompt, sent))
     }
 }
@@ -767,6 +851,22 @@ mod tests {
         assert_eq!(shown, [("conversation-0", 2), ("conversation-2", 1)]);
         assert_eq!(w.items[0].messages.as_ref().unwrap()[0]["content"], "You help.");
         assert_eq!(w.items[0].follow_ups, ["Q2"]);
+        // Exports that say user and assistant read the same.
+        let roles = serde_json::json!([{"conversations": [
+            {"from": "user", "value": "U1"}, {"from": "assistant", "value": "A1"}, {"from": "user", "value": "U2"}]}]);
+        std::fs::write(&share, roles.to_string()).unwrap();
+        let w = Workload::conversations(&share, "s.json").unwrap();
+        assert_eq!((w.items[0].prompt.as_str(), w.items[0].follow_ups.clone()), ("U1", vec!["U2".to_string()]));
+        // A conversation longer than a run may send is refused, not cut.
+        let long: Vec<Value> =
+            (0..=MAX_TURNS).map(|t| serde_json::json!({"from": "human", "value": format!("t{t}")})).collect();
+        std::fs::write(&share, serde_json::json!([{"conversations": long}]).to_string()).unwrap();
+        let e = Workload::conversations(&share, "s.json").unwrap_err().to_string();
+        assert!(e.starts_with("s.json: conversation 0 has 1001 human turns, more than 1000"), "{e}");
+        // A file with nothing to send says what it should hold.
+        std::fs::write(&share, r#"[{"conversations": [{"from": "gpt", "value": "alone"}]}]"#).unwrap();
+        let e = Workload::conversations(&share, "s.json").unwrap_err().to_string();
+        assert!(e.starts_with("s.json: no prompts in it; a conversations file has one {\"turns\""), "{e}");
     }
 
     #[test]

@@ -584,13 +584,18 @@ fn conversations_resend_the_servers_replies_and_the_audit_holds_their_turns() {
     let row = &a.summary[0];
     assert_eq!((row["ttft_s_first_turn_n"].as_u64(), row["ttft_s_later_turns_n"].as_u64()), (Some(2), Some(4)));
     assert_audits_ok(&out);
-    // A conversation's last turn dropped, or its turns renumbered, is caught.
+    // A conversation's last turn dropped, its turns renumbered, one turn given another
+    // conversation's prompt, or a later turn's prompt counted shorter than the one before, is
+    // caught.
     let last = a.requests.iter().rposition(|r| r.index == 0).unwrap();
+    let other = a.requests.iter().find(|r| r.index == 1).unwrap().prompt.clone();
     for edit in [
         Box::new(move |v: &mut Value| {
             v["requests"].as_array_mut().unwrap().remove(last);
         }) as Box<dyn FnOnce(&mut Value)>,
         Box::new(move |v: &mut Value| v["requests"][last]["turn"] = json!(5)),
+        Box::new(move |v: &mut Value| v["requests"][last]["prompt"] = json!(other)),
+        Box::new(move |v: &mut Value| v["requests"][last]["usage_prompt_tokens"] = json!(3)),
     ] {
         let forged = resealed(&out, |v| {
             edit(v);
@@ -620,11 +625,47 @@ fn conversations_resend_the_servers_replies_and_the_audit_holds_their_turns() {
         "{:#?}",
         report.findings
     );
-    // Conversations need closed rounds and chat.
-    for extra in [&["--request-rate", "5", "--num-requests", "2"][..], &["--endpoint", "completions"][..]] {
+    // Conversations need closed rounds (the flags that make an open loop named) and chat.
+    for (extra, expected) in [
+        (
+            &["--request-rate", "5", "--num-requests", "2"][..],
+            "closed rounds (--concurrency, --rounds): --request-rate, --num-requests make an open loop",
+        ),
+        (&["--max-concurrency", "2", "--duration", "3"][..], "--max-concurrency, --duration make an open loop"),
+        (&["--endpoint", "completions"][..], "need chat"),
+    ] {
         let e = bench_run(tmp.path(), "refused", &[&args[..], extra].concat()).unwrap_err();
-        assert!(e.contains("closed rounds") || e.contains("need chat"), "{e}");
+        assert!(e.contains(expected), "{e}");
     }
+}
+
+/// A conversations file that mixes conversations of one turn with longer ones sends every item
+/// as a conversation, turns numbered, so the audit holds each to its turns; the CSV export
+/// carries the turn.
+#[test]
+fn a_file_of_single_and_multi_turn_conversations_numbers_every_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("mixed.jsonl");
+    std::fs::write(
+        &file,
+        "{\"turns\": [\"Name a colour.\", \"And another?\"]}\n{\"turns\": [\"Say hello.\"]}\n{\"turns\": [\"Count to three.\"], \"system\": \"Be brief.\"}\n",
+    )
+    .unwrap();
+    let args = ["--target", "openai=embedded", "--conversations", file.to_str().unwrap(), "--max-tokens", "4"];
+    let extra = ["--ignore-eos", "--rounds", "1", "--concurrency", "3", "--warmups", "0", "--export", "csv"];
+    let out = bench_run(tmp.path(), "mixed", &[&args[..], &extra[..]].concat()).expect("the benchmark run");
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    let mut turns: Vec<(usize, Option<usize>)> = a.requests.iter().map(|r| (r.index, r.turn)).collect();
+    turns.sort();
+    assert_eq!(turns, [(0, Some(0)), (0, Some(1)), (1, Some(0)), (2, Some(0))]);
+    assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests);
+    assert_eq!(a.workload.as_ref().unwrap().conversation_turns, [2, 1, 1]);
+    assert_audits_ok(&out);
+    let csv = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert!(csv.starts_with("runtime,concurrency,rate_rps,warmup,round,index,turn,prompt,"), "{csv}");
+    let mut column: Vec<&str> = csv.lines().skip(1).map(|l| l.split(',').nth(6).unwrap()).collect();
+    column.sort();
+    assert_eq!(column, ["0", "0", "0", "1"]);
 }
 
 #[test]
@@ -855,7 +896,7 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 27] = [
+    let cases: [(&[&str], &str); 29] = [
         (
             &["--request-rate", "1e-300", "--num-requests", "2"],
             "arrivals.rates: 1e-300 requests/s: 2 requests take about",
@@ -873,7 +914,12 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--api-key-env", "SERVING_BENCH_SURELY_UNSET"], "the variable is not set"),
         (&["--input-tokens", "gauss:3"], "`gauss:3` is not a length distribution"),
         (&["--input-tokens", "fixed:8", "--tokenizer", "/nonexistent"], "/nonexistent/tokenizer.json"),
-        (&["--concurrency", "0"], "concurrency: every level must be at least 1"),
+        (&["--concurrency", "0"], "--concurrency: concurrency: every level must be at least 1"),
+        (&["--rounds", "0"], "--rounds: rounds: 0; must be at least 1"),
+        (
+            &["--multi-turn", "10000:1000:1000:1000", "--tokenizer", "/nonexistent"],
+            "--multi-turn 10000:1000:1000:1000: 10010000000 tokens of text to generate, more than",
+        ),
         (&["--timeout=-1"], "--timeout <TIMEOUT>': -1: must be above 0"),
         (&["--timeout=1e19"], "at most 604800"),
         (&["--idle-timeout", "1e300"], "at most 604800"),
@@ -883,7 +929,7 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--request-rate", "0"], "`0` is not a rate"),
         (&["--request-rate", "5", "--burstiness", "0"], "arrivals.burstiness: 0"),
         (&["--request-rate", "5", "--num-requests", "10", "--warmup-requests", "10"], "arrivals.warmup_requests"),
-        (&["--request-rate", "inf", "--duration", "5"], "arrivals.num_requests"),
+        (&["--request-rate", "inf", "--duration", "5"], "--request-rate, --duration: arrivals.num_requests"),
         (&["--request-rate", "1000000", "--duration", "604800"], "is more than 1048576 requests"),
         (&["--sweep", "1", "--num-requests", "4"], "arrivals.sweep: 1: must be in 2..=100"),
         (&["--sweep", "4", "--request-rate", "5"], "cannot be used with"),

@@ -114,7 +114,7 @@ fn refusal(name: &str, packages: &[String], templates: &[&str]) -> Option<String
     }
     let type_name = type_name(name);
     let words = |t: &&str| t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == type_name);
-    if PRELUDE.contains(&type_name.as_str()) || templates.iter().any(|t| words(t)) {
+    if PRELUDE.contains(&type_name.as_str()) || templates.iter().any(words) {
         return Some(format!("its type `{type_name}` would clash with a name the generated code uses"));
     }
     None

@@ -1,5 +1,6 @@
-//! `reproduce`: run every experiment on every manifest whose model is available, audit each fresh
-//! artifact, then print a table of what was reproduced, skipped (and why) or failed, and a table
+//! `reproduce`: run every experiment on every manifest whose model is available (its output
+//! passed on as it comes, each line prefixed with the manifest), audit each fresh artifact, then
+//! print a table of what was reproduced, skipped (and why) or failed, and a table
 //! of the manifests' claims as the runs judged them (a failed claim fails the command unless
 //! `--allow-failed-claims`). Run it through `just reproduce`,
 //! which builds the experiment binaries first.
@@ -163,18 +164,16 @@ fn reproduce_one(
         |p: &std::path::Path| p.strip_prefix(&ws.root).map(|r| std::path::Path::new(".").join(r)).unwrap_or(p.into());
     let mut cmd = Command::new(relative(&binary));
     cmd.current_dir(&ws.root).arg("--manifest").arg(ws.display_path(path));
-    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     if offline {
         cmd.arg("--offline");
     }
-    let output = match cmd.output() {
-        Ok(o) => o,
-        Err(e) => return Outcome::Failed(format!("cannot start {}: {e}", binary.display())),
+    let label = format!("{experiment}/{}", common::manifest::manifest_name(path));
+    let (status, stdout) = match streamed(&mut cmd, &label) {
+        Ok(done) => done,
+        Err(e) => return Outcome::Failed(format!("cannot run {}: {e}", binary.display())),
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    print!("{stdout}");
-    let artifact = stdout.lines().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or("no artifact").to_string();
-    if output.status.success() {
+    let artifact = stdout.iter().find_map(|l| l.strip_prefix("artifact: ")).unwrap_or("no artifact").to_string();
+    if status.success() {
         // Every fresh artifact must pass the audit it will face later.
         let report = Audit::new(ws, EXPERIMENTS).audit_artifact(&ws.root.join(&artifact));
         match report.verdict {
@@ -182,6 +181,39 @@ fn reproduce_one(
             _ => Outcome::Failed(format!("audit: {} ({artifact})", report.first_reason())),
         }
     } else {
-        Outcome::Failed(format!("exit status {} ({artifact})", output.status.code().unwrap_or(-1)))
+        Outcome::Failed(format!("exit status {} ({artifact})", status.code().unwrap_or(-1)))
+    }
+}
+
+/// Runs `cmd` with each line of its stdout and stderr passed on as it comes, to ours, prefixed
+/// with `label` (so a run of minutes shows its progress, and a log says which run wrote what);
+/// returns its exit status and its stdout's lines, unprefixed.
+fn streamed(cmd: &mut Command, label: &str) -> std::io::Result<(std::process::ExitStatus, Vec<String>)> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let prefix = format!("[{label}] ");
+    let errors = {
+        let prefix = prefix.clone();
+        std::thread::spawn(move || for_each_line(stderr, |line| eprintln!("{prefix}{line}")))
+    };
+    let mut lines = Vec::new();
+    for_each_line(stdout, |line| {
+        println!("{prefix}{line}");
+        lines.push(line.to_string());
+    });
+    let _ = errors.join();
+    Ok((child.wait()?, lines))
+}
+
+/// Every line `pipe` gives until it closes, decoded lossily: bytes that are not UTF-8 never stop
+/// the reading (a child whose pipe is no longer read blocks on it).
+fn for_each_line(pipe: Option<impl std::io::Read>, mut f: impl FnMut(&str)) {
+    use std::io::BufRead;
+    let Some(pipe) = pipe else { return };
+    let mut reader = std::io::BufReader::new(pipe);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+        f(String::from_utf8_lossy(&line).trim_end_matches(['\n', '\r']));
+        line.clear();
     }
 }

@@ -25,5 +25,5 @@ pub use params::{Arrivals, Endpoint, Metric, Parameters, MAX_COUNT, MAX_RATE, MA
 pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
 pub use summary::{
     aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
-    usage_contradiction, Group,
+    unsent_turns_notes, usage_contradiction, Group,
 };

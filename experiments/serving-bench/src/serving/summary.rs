@@ -210,6 +210,35 @@ pub fn backlog_notes(records: &[RequestRecord]) -> Vec<String> {
         .collect()
 }
 
+/// One line per runtime and concurrency level of a closed-round run of conversations where a
+/// failed turn ended conversations early: how many, and how many turns they left unsent (which
+/// no record holds, so no rate or latency counts them). Printed after the table.
+pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
+    let turns = artifact.workload.as_ref().map_or(&[][..], |w| &w.conversation_turns[..]);
+    if turns.is_empty() || artifact.arguments.arrivals.is_some() {
+        return Vec::new();
+    }
+    let mut sent: BTreeMap<(&str, usize, usize, usize), usize> = BTreeMap::new();
+    for r in &artifact.requests {
+        *sent.entry((r.runtime.as_str(), r.concurrency, r.round, r.index)).or_default() += 1;
+    }
+    // Per runtime and level: conversations cut short, and their turns not sent.
+    let mut cut: BTreeMap<(&str, usize), (usize, usize)> = BTreeMap::new();
+    for (&(runtime, c, round, index), &n) in &sent {
+        let planned = turns[artifact.arguments.closed_item(round, c, index) % turns.len()];
+        if n < planned {
+            let entry = cut.entry((runtime, c)).or_default();
+            entry.0 += 1;
+            entry.1 += planned - n;
+        }
+    }
+    cut.into_iter()
+        .map(|((runtime, c), (conversations, unsent))| {
+            format!("{runtime} concurrency {c}: {conversations} conversations ended at a failed turn, leaving {unsent} turns unsent (not in any rate or latency)")
+        })
+        .collect()
+}
+
 /// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
 pub fn summarize_all(
     params: &Parameters,
