@@ -46,7 +46,10 @@ impl<'a> Audit<'a> {
     }
 }
 
-/// Every JSON file under `dir` (recursively), sorted.
+/// Every JSON file under `dir` (recursively), sorted, but for serving-bench's exports in vLLM's
+/// shape (`*.vllm.json`, written beside their artifact): derived files with no provenance or seal
+/// of their own, which a folder's audit would otherwise call forgeries. (Named on the command
+/// line, one is audited, and found to be no artifact.)
 pub fn artifact_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -56,7 +59,9 @@ pub fn artifact_files(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "json") {
+            } else if p.extension().is_some_and(|x| x == "json")
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".vllm.json"))
+            {
                 out.push(p);
             }
         }

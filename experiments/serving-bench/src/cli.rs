@@ -171,11 +171,13 @@ pub struct BenchArgs {
     /// Unrecorded requests per target first [default: the manifest's].
     #[arg(long)]
     pub warmups: Option<usize>,
-    /// Rounds per concurrency level [default: the manifest's].
-    #[arg(long)]
+    /// Rounds per concurrency level [default: the manifest's]. Closed rounds only: an open loop
+    /// sends its groups' requests instead.
+    #[arg(long, conflicts_with_all = OPEN_LOOP_ARGS)]
     pub rounds: Option<usize>,
-    /// Concurrency levels, comma-separated [default: the manifest's].
-    #[arg(long, value_delimiter = ',')]
+    /// Concurrency levels, comma-separated [default: the manifest's]. Closed rounds only: an
+    /// open loop's cap is --max-concurrency.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = OPEN_LOOP_ARGS)]
     pub concurrency: Vec<usize>,
     /// Cap on generated tokens per request [default: the manifest's].
     #[arg(long)]
@@ -212,7 +214,8 @@ pub struct BenchArgs {
     /// refills as soon as a request ends.
     #[arg(long)]
     pub max_concurrency: Option<usize>,
-    /// Requests per open-loop group, warm-up included [default: 100 when no --duration].
+    /// Requests per open-loop group, warm-up included [default: 100 when no --duration, unless
+    /// the group would send them all at once (an inf rate or a sweep without --max-concurrency)].
     #[arg(long)]
     pub num_requests: Option<usize>,
     /// Seconds over which each open-loop group sends its requests.
@@ -349,6 +352,10 @@ pub fn rate(s: &str) -> Result<Rate, RateError> {
 /// Open-loop requests per group when neither `--num-requests` nor `--duration` says.
 pub const DEFAULT_NUM_REQUESTS: usize = 100;
 
+/// The flags that make a run an open loop (as clap names the arguments).
+const OPEN_LOOP_ARGS: [&str; 7] =
+    ["request_rate", "sweep", "burstiness", "max_concurrency", "num_requests", "duration", "warmup_requests"];
+
 /// A `--target` as given: its API, its URL (`None`: the embedded server on the manifest's model)
 /// and the group of replicas it belongs to.
 #[derive(Debug, Clone, PartialEq)]
@@ -459,7 +466,10 @@ impl BenchArgs {
             a.num_requests = args.num_requests.or(a.num_requests);
             a.duration_s = args.duration.or(a.duration_s);
             a.warmup_requests = args.warmup_requests.unwrap_or(a.warmup_requests);
-            if a.num_requests.is_none() && a.duration_s.is_none() {
+            // The default count, except where it would send every request at once: there the
+            // check asks for a count (or a cap) instead.
+            let all_at_once = (a.rates.contains(&None) || a.sweep.is_some()) && a.max_concurrency.is_none();
+            if a.num_requests.is_none() && a.duration_s.is_none() && !all_at_once {
                 a.num_requests = Some(DEFAULT_NUM_REQUESTS);
             }
         }

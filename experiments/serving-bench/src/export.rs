@@ -19,6 +19,8 @@ pub enum Format {
 /// Why an export was not written.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    #[error("{path}: exists; an export never overwrites a file (the artifact is written): move it, or export to another --out")]
+    Exists { path: String },
     #[error("{path}: {cause}")]
     Io { path: String, cause: std::io::Error },
     #[error("{path}: {cause}")]
@@ -38,7 +40,7 @@ pub fn write(artifact: &ServingArtifact, path: &Path, format: Format) -> Result<
             for (i, (label, group)) in groups(artifact).into_iter().enumerate() {
                 let out = path.with_extension(format!("{i}-{label}.vllm.json"));
                 let text = format!("{:#}\n", vllm(artifact, &group));
-                std::fs::write(&out, text)
+                std::io::Write::write_all(&mut create_new(&out)?, text.as_bytes())
                     .map_err(|cause| ExportError::Io { path: out.display().to_string(), cause })?;
                 written.push(out);
             }
@@ -47,9 +49,18 @@ pub fn write(artifact: &ServingArtifact, path: &Path, format: Format) -> Result<
     }
 }
 
+/// `path` made anew: an existing file (the artifact itself, when `--out` ends in an export's
+/// extension) is never written over.
+fn create_new(path: &Path) -> Result<std::fs::File, ExportError> {
+    std::fs::File::create_new(path).map_err(|cause| match cause.kind() {
+        std::io::ErrorKind::AlreadyExists => ExportError::Exists { path: path.display().to_string() },
+        _ => ExportError::Io { path: path.display().to_string(), cause },
+    })
+}
+
 fn write_csv(requests: &[RequestRecord], out: &Path) -> Result<(), ExportError> {
     let csv_error = |cause| ExportError::Csv { path: out.display().to_string(), cause };
-    let mut w = csv::Writer::from_path(out).map_err(csv_error)?;
+    let mut w = csv::Writer::from_writer(create_new(out)?);
     w.write_record([
         "runtime",
         "concurrency",

@@ -212,6 +212,10 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     assert_eq!(vllm["ttfts"].as_array().map(Vec::len), Some(10));
     assert!(vllm["p90_ttft_ms"].is_number() && vllm["request_goodput"].is_number(), "{vllm}");
     assert!(out.with_extension("1-embedded-openai-rate-inf.vllm.json").is_file());
+    // A folder's audit takes the artifact and leaves its exports, which have no seal, alone.
+    let listed: Vec<_> =
+        audit::artifact_files(tmp.path()).into_iter().filter(|p| !p.starts_with(tmp.path().join("models"))).collect();
+    assert_eq!(listed, [out.clone()]);
     // The report labels the groups by rate and draws latency against throughput across them.
     use common::experiment::Experiment;
     let value: Value = common::artifact::read_artifact(&out).unwrap();
@@ -703,6 +707,31 @@ fn replicas_of_one_deployment_are_measured_as_one_target() {
     assert_audits_ok(&out);
 }
 
+/// An export never writes over a file: not one that was there, and not the artifact itself when
+/// `--out` has the export's extension (the run fails, the artifact stays whole).
+#[test]
+fn an_export_never_overwrites_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = ["--target", "openai=embedded", "--rounds", "1", "--concurrency", "1", "--max-tokens", "2"];
+    let artifact = tmp.path().join("self.csv");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
+        .current_dir(root())
+        .env("LAB_MODELS_DIR", tmp.path().join("models"))
+        .args(run)
+        .args(["--export", "csv", "--out", artifact.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains("exists; an export never overwrites a file"), "{stderr}");
+    assert_audits_ok(&artifact);
+    // A file where an export goes stays as it was.
+    std::fs::write(tmp.path().join("kept.csv"), "precious").unwrap();
+    let e = bench_run(tmp.path(), "kept", &[&run[..], &["--export", "csv"]].concat()).unwrap_err();
+    assert!(e.contains("kept.csv: exists"), "{e}");
+    assert_eq!(std::fs::read_to_string(tmp.path().join("kept.csv")).unwrap(), "precious");
+    assert_audits_ok(&tmp.path().join("kept.json"));
+}
+
 /// A tiny blocking GET for the test above (the server runs in another process).
 mod reqwest {
     pub fn blocking_get_json(url: &str) -> serde_json::Value {
@@ -896,7 +925,7 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 29] = [
+    let cases: [(&[&str], &str); 34] = [
         (
             &["--request-rate", "1e-300", "--num-requests", "2"],
             "arrivals.rates: 1e-300 requests/s: 2 requests take about",
@@ -930,6 +959,14 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--request-rate", "5", "--burstiness", "0"], "arrivals.burstiness: 0"),
         (&["--request-rate", "5", "--num-requests", "10", "--warmup-requests", "10"], "arrivals.warmup_requests"),
         (&["--request-rate", "inf", "--duration", "5"], "--request-rate, --duration: arrivals.num_requests"),
+        (&["--request-rate", "100,100", "--num-requests", "2"], "arrivals.rates[1]: 100.0 is given twice"),
+        (
+            &["--burstiness", "0.5"],
+            "--burstiness: arrivals.burstiness: shapes the gaps between arrivals at a finite rate",
+        ),
+        (&["--warmup-requests", "3"], "--warmup-requests: arrivals: unbounded; give num_requests (--num-requests)"),
+        (&["--concurrency", "2", "--max-concurrency", "2"], "cannot be used with"),
+        (&["--rounds", "2", "--request-rate", "5"], "cannot be used with"),
         (&["--request-rate", "1000000", "--duration", "604800"], "is more than 1048576 requests"),
         (&["--sweep", "1", "--num-requests", "4"], "arrivals.sweep: 1: must be in 2..=100"),
         (&["--sweep", "4", "--request-rate", "5"], "cannot be used with"),

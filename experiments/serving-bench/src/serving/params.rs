@@ -250,6 +250,19 @@ impl Arrivals {
                 format!("{r:?}: a rate is above 0 and at most {MAX_RATE} requests/s"),
             ));
         }
+        if let Some((i, r)) = self.rates.iter().enumerate().find(|(i, r)| self.rates[..*i].contains(r)) {
+            let shown = r.map_or_else(|| "inf".to_string(), |r| format!("{r:?}"));
+            return Err(Invalid::new(
+                format!("arrivals.rates[{i}]"),
+                format!("{shown} is given twice; give each rate once (each is one group)"),
+            ));
+        }
+        if self.burstiness != 1.0 && self.sweep.is_none() && self.rates.iter().all(Option::is_none) {
+            return Err(Invalid::new(
+                "arrivals.burstiness",
+                "shapes the gaps between arrivals at a finite rate, and every rate is inf; give a rate (--request-rate) or leave it out",
+            ));
+        }
         if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
             return Err(Invalid::new(
                 "arrivals.burstiness",
@@ -310,7 +323,7 @@ impl Arrivals {
         {
             return Err(Invalid::new(
                 "arrivals.num_requests",
-                "an unbounded rate without max_concurrency sends every request at once: give their number",
+                "an unbounded rate without max_concurrency sends every request at once: give their number (--num-requests) or a cap (--max-concurrency)",
             ));
         }
         if self.num_requests.is_some_and(|n| self.warmup_requests >= n) {
