@@ -37,6 +37,7 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/api/tags", get(ollama_tags))
         .route("/api/show", post(ollama_show))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -461,6 +462,12 @@ fn prefix_cache(kv: &common::qwen::KvPool) -> serde_json::Value {
     counts
 }
 
+/// The Prometheus exposition ([`super::metrics`]).
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let (content_type, text) = state.metrics.render();
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
+}
+
 /// The engine's real state: 200 while its thread runs, 503 once it has ended.
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     let e = &state.engine;
@@ -474,6 +481,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             "chunk_size": state.config.chunk_size, "steps": e.steps.load(Ordering::SeqCst), "last_error": last_error,
         },
         "active": e.active.load(Ordering::SeqCst), "queued": e.queued.load(Ordering::SeqCst),
+        "waiting_for_blocks": e.waiting_for_blocks.load(Ordering::SeqCst),
         "completed": e.completed.load(Ordering::SeqCst), "cancelled": e.cancelled.load(Ordering::SeqCst),
         "rejected": e.rejected.load(Ordering::SeqCst), "failed": e.failed.load(Ordering::SeqCst),
         "kv": {

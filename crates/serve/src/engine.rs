@@ -4,6 +4,7 @@
 //! each step makes it. A request that arrives while others decode joins the next step; one that
 //! fails inside a step fails alone (with the others in that step), and the engine goes on.
 
+use super::metrics::Metrics;
 use super::Settings;
 use common::load::LoadedModel;
 use common::session::{FinishReason, Session, StepKind, StepOutcome};
@@ -57,6 +58,9 @@ pub struct EngineState {
     pub alive: AtomicBool,
     pub active: AtomicUsize,
     pub queued: AtomicUsize,
+    /// Taken from the queue but not admitted: its first step's KV blocks are not free yet
+    /// (0 or 1).
+    pub waiting_for_blocks: AtomicUsize,
     pub completed: AtomicUsize,
     pub cancelled: AtomicUsize,
     /// Answered 503 because the queue was full.
@@ -86,12 +90,15 @@ struct Active {
     eval: Duration,
     /// Prompt tokens its first prefill found cached (`None` before that step).
     cached: Option<usize>,
+    /// When the step that made its latest token ended.
+    last_token: Option<Instant>,
 }
 
 /// Runs until every queue sender is gone and the last admitted request has ended.
 pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settings: Settings, state: Arc<EngineState>) {
     state.alive.store(true, Ordering::SeqCst);
     let _guard = AliveGuard(state.clone());
+    let metrics = &settings.metrics;
     let mut stepper = Stepper::new(settings.policy, settings.chunk_size, settings.max_active)
         .with_pool(settings.kv.clone())
         .with_hook(settings.step_hook.clone());
@@ -149,12 +156,14 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                 break;
             }
             state.active.fetch_add(1, Ordering::SeqCst);
+            metrics.prompt_tokens.inc_by(job.prompt_ids.len() as u64);
             let active = Active {
                 job,
                 text: Detokenizer::default(),
                 prompt_eval: Duration::ZERO,
                 eval: Duration::ZERO,
                 cached: None,
+                last_token: None,
             };
             stepper.admit(active, session);
         }
@@ -163,6 +172,7 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
             next = None;
             state.cancelled.fetch_add(1, Ordering::SeqCst);
         }
+        state.waiting_for_blocks.store(usize::from(next.is_some()), Ordering::SeqCst);
         // A client that went away has closed its channel: free its session now.
         let gone = stepper.retain(|a| !a.job.tx.is_closed()).len();
         if gone > 0 {
@@ -172,14 +182,20 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
         if stepper.is_empty() {
             continue;
         }
+        let mut step_tokens = 0;
         let stepped = stepper.step(|a, session, outcome, times| {
             if outcome.kind == StepKind::Preempt {
                 state.preemptions.fetch_add(1, Ordering::SeqCst);
             }
-            a.stepped(&model, session, outcome, times)
+            step_tokens += outcome.tokens;
+            a.stepped(&model, metrics, session, outcome, times)
         });
         state.steps.fetch_add(1, Ordering::SeqCst);
+        if step_tokens > 0 {
+            metrics.iteration_tokens.observe(step_tokens as f64);
+        }
         for (mut a, session) in stepped.finished {
+            metrics.e2e_request_latency.observe((stepped.times.ended - a.job.received).as_secs_f64());
             a.finish(&model, &session);
             state.active.fetch_sub(1, Ordering::SeqCst);
             state.completed.fetch_add(1, Ordering::SeqCst);
@@ -196,8 +212,16 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
 }
 
 impl Active {
-    /// Books the step's time and sends the text its token completed, if any.
-    fn stepped(&mut self, model: &LoadedModel, session: &Session, outcome: &StepOutcome, times: &StepTimes) {
+    /// Books the step's time, observes its latencies, and sends the text its token completed,
+    /// if any.
+    fn stepped(
+        &mut self,
+        model: &LoadedModel,
+        metrics: &Metrics,
+        session: &Session,
+        outcome: &StepOutcome,
+        times: &StepTimes,
+    ) {
         let took = times.ended - times.started;
         if outcome.kind == StepKind::Prefill {
             self.prompt_eval += took;
@@ -205,6 +229,11 @@ impl Active {
         }
         if outcome.token.is_some() {
             self.eval += took;
+            metrics.generation_tokens.inc();
+            match self.last_token.replace(times.ended) {
+                None => metrics.time_to_first_token.observe((times.ended - self.job.received).as_secs_f64()),
+                Some(previous) => metrics.inter_token_latency.observe((times.ended - previous).as_secs_f64()),
+            }
             if let Some(text) = self.text.next(model, session.output(), false) {
                 let _ = self.job.tx.send(Event::Text { text, tokens: session.output().len() });
             }

@@ -14,10 +14,12 @@
 //!   closes its event channel, and the engine drops its session (and KV cache) before the next
 //!   step.
 //! - `conn`: connections, with TCP_NODELAY, a bound, and header and idle timeouts.
+//! - `metrics`: `/metrics`, the engine's state and latencies for Prometheus scrapers.
 
 mod api;
 mod conn;
 mod engine;
+mod metrics;
 pub mod request;
 
 pub use conn::ConnectionState;
@@ -102,6 +104,7 @@ struct Settings {
     max_active: usize,
     chunk_size: Option<usize>,
     kv: Arc<KvPool>,
+    metrics: Arc<metrics::Metrics>,
     step_hook: Option<StepHook>,
 }
 
@@ -113,6 +116,7 @@ struct AppState {
     kv: Arc<KvPool>,
     jobs: mpsc::Sender<engine::Job>,
     engine: Arc<EngineState>,
+    metrics: Arc<metrics::Metrics>,
     connections: Arc<ConnectionState>,
     started: chrono::DateTime<chrono::Utc>,
 }
@@ -158,11 +162,13 @@ pub async fn spawn(
         .model
         .kv_pool((budget / common::kernel::TILE).max(1), config.prefix_cache)
         .map_err(std::io::Error::other)?;
+    let metrics = Arc::new(metrics::Metrics::new(engine.clone(), kv.clone()));
     let settings = Settings {
         policy: config.policy,
         max_active: config.max_active.max(1),
         chunk_size: config.chunk_size,
         kv: kv.clone(),
+        metrics: metrics.clone(),
         step_hook: config.step_hook.clone(),
     };
     let (engine_model, engine_state) = (model.clone(), engine.clone());
@@ -176,6 +182,7 @@ pub async fn spawn(
         kv: kv.clone(),
         jobs: jobs_tx,
         engine: engine.clone(),
+        metrics,
         connections: connections.clone(),
         started: chrono::Utc::now(),
     });

@@ -608,3 +608,96 @@ async fn a_repeated_prompt_reuses_its_cached_prefix_and_answers_the_same() {
     }
     assert!(answers.windows(2).all(|w| w[0] == w[1]), "reuse changes no answer: {answers:?}");
 }
+
+/// `/metrics` parsed as a scraper parses it (the crate the serving client uses): its scalar
+/// samples by name (label sets summed), and its histograms' cumulative buckets by name.
+async fn scrape(http: &reqwest::Client, base: &str) -> (String, std::collections::HashMap<String, f64>, Vec<(String, Vec<f64>)>) {
+    let r = http.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let content_type = r.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
+    let text = r.text().await.unwrap();
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let mut scalars = std::collections::HashMap::new();
+    let mut histograms = Vec::new();
+    for sample in parsed.samples {
+        match sample.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => {
+                *scalars.entry(sample.metric).or_insert(0.0) += v;
+            }
+            prometheus_parse::Value::Histogram(buckets) => {
+                histograms.push((sample.metric, buckets.iter().map(|b| b.count).collect()));
+            }
+            other => panic!("no summaries are exposed: {other:?}"),
+        }
+    }
+    (content_type, scalars, histograms)
+}
+
+/// Every number `/metrics` gives agrees with what the answers and `/health` say: requests,
+/// prompt and generated tokens, latencies observed once per request or token, tokens per step
+/// (what prefill computed past the cache, plus one per decode), the prefix cache's tokens, and
+/// the KV pool's blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_agree_with_the_answers_and_health() {
+    let http = reqwest::Client::new();
+    let (s, base, _tmp) = server(|_| {}).await;
+    let content = "Explain cache invalidation. ".repeat(40);
+    let long = json!({"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": 6});
+    let url = format!("{base}/v1/chat/completions");
+    let mut usages = Vec::new();
+    for body in [&long, &long, &chat(5, false)] {
+        let (status, answer) = post(&http, url.clone(), body).await;
+        assert_eq!(status, 200, "{answer}");
+        usages.push(answer["usage"].clone());
+    }
+    let count = |key: &str| usages.iter().map(|u| u[key].as_u64().unwrap()).sum::<u64>() as f64;
+    let cached = usages.iter().map(|u| u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()).sum::<u64>() as f64;
+    let (prompt, generated) = (count("prompt_tokens"), count("completion_tokens"));
+    assert!(cached > 100.0, "the repeated prompt was reused: {usages:?}");
+
+    let (content_type, m, histograms) = scrape(&http, &base).await;
+    let h = health(&http, &base).await;
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    let get = |name: &str| *m.get(name).unwrap_or_else(|| panic!("{name} is exposed: {m:?}"));
+    assert_eq!(get("serve_request_success_total"), 3.0);
+    assert_eq!(get("serve_prompt_tokens_total"), prompt);
+    assert_eq!(get("serve_generation_tokens_total"), generated);
+    assert_eq!(get("serve_time_to_first_token_seconds_count"), 3.0);
+    assert_eq!(get("serve_e2e_request_latency_seconds_count"), 3.0);
+    assert_eq!(get("serve_inter_token_latency_seconds_count"), generated - 3.0);
+    assert_eq!(get("serve_iteration_tokens_sum"), prompt - cached + generated - 3.0, "prefill past the cache, one per decode");
+    assert_eq!(get("serve_iteration_tokens_count"), h["engine"]["steps"].as_f64().unwrap());
+    assert_eq!(get("serve_engine_steps_total"), h["engine"]["steps"].as_f64().unwrap());
+    assert_eq!(get("serve_prefix_cache_hits_total"), cached);
+    assert_eq!(get("serve_prefix_cache_queries_total"), h["prefix_cache"]["queried_tokens"].as_f64().unwrap());
+    assert_eq!((get("serve_num_requests_running"), get("serve_num_requests_waiting")), (0.0, 0.0));
+    let (used, blocks) = (get("serve_kv_cache_blocks_used"), get("serve_kv_cache_blocks"));
+    assert_eq!((used, blocks), (h["kv"]["used"].as_f64().unwrap(), h["kv"]["blocks"].as_f64().unwrap()));
+    assert_eq!((used, get("serve_kv_cache_usage_ratio")), (0.0, 0.0), "no request holds blocks at rest");
+    assert_eq!(get("serve_prefix_cache_blocks"), h["prefix_cache"]["cached_blocks"].as_f64().unwrap());
+    assert!(get("serve_prefix_cache_blocks") > 0.0, "the prefix cache keeps what the prompts computed: {h}");
+    assert!(get("serve_time_to_first_token_seconds_sum") <= get("serve_e2e_request_latency_seconds_sum"));
+    assert_eq!(histograms.len(), 4, "{histograms:?}");
+    for (name, buckets) in &histograms {
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{name}: cumulative buckets");
+        assert_eq!(buckets.last().copied(), Some(get(&format!("{name}_count"))), "{name}: +Inf holds every observation");
+    }
+    s.stop().await;
+}
+
+/// Mid-flight, the gauges show the request running and the blocks it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_a_running_request_and_its_blocks() {
+    let http = reqwest::Client::new();
+    let (s, base, _tmp) = server(|c| c.step_hook = paced(Duration::from_millis(20))).await;
+    let request = http.post(format!("{base}/v1/chat/completions")).json(&chat(40, false)).send();
+    let pending = tokio::spawn(request);
+    wait_for(&http, &base, |h| h["active"] == 1).await;
+    let (_, m, _) = scrape(&http, &base).await;
+    let (used, blocks) = (m["serve_kv_cache_blocks_used"], m["serve_kv_cache_blocks"]);
+    assert_eq!(m["serve_num_requests_running"], 1.0, "{m:?}");
+    assert!(used >= 1.0, "{m:?}");
+    assert_eq!(m["serve_kv_cache_usage_ratio"], used / blocks);
+    assert_eq!(pending.await.unwrap().unwrap().status().as_u16(), 200);
+    s.stop().await;
+}
