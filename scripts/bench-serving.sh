@@ -7,7 +7,9 @@
 # vendors (scripts/build-llama-server.sh, into .llama-server/) and serves the F32 GGUF export of
 # the generated qwen2.5-0.5b checkpoint twice: as a user starts it (its defaults: parallel slots,
 # continuous batching, its prompt cache on), and with its prompt cache off (4 slots), which
-# isolates what reuse does. The embedded server runs at its defaults (prefix reuse on). Without a
+# isolates what reuse does; both expose /metrics (`--metrics`, which changes nothing else), and
+# every run but the last scrapes each server's once a second, so the artifacts hold what the
+# servers were doing. The embedded server runs at its defaults (prefix reuse on). Without a
 # compiler or registry access llama-server's side is skipped, with the reason, and the embedded
 # server is still measured.
 set -euo pipefail
@@ -33,7 +35,7 @@ start_llama_server() {
   port=$(free_port)
   log=target/bench/llama-server-$port.log
   LD_LIBRARY_PATH=.llama-server/bin .llama-server/bin/llama-server -m "$gguf" --host 127.0.0.1 --port "$port" \
-    "$@" >"$log" 2>&1 &
+    --metrics "$@" >"$log" 2>&1 &
   server_pids+=($!)
   python3 - "$port" <<'PY' || { echo "llama-server $* did not come up (see $log)" >&2; return 1; }
 import sys, time, urllib.request
@@ -71,24 +73,24 @@ else
 fi
 
 mkdir -p artifacts/bench
-./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \
   --out "artifacts/bench/serving-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # A ~1,000-token system prompt shared by every request, with short questions (one group of
 # 32, counted with the model's tokenizer): what a prefix cache is for.
-./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \
   --shared-prefix 1:32:1000:24 --max-tokens 32 \
   --out "artifacts/bench/serving-shared-prefix-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # Chats: twelve generated conversations of four turns (a 500-token system prompt of each one's
 # own, 40-token questions), each turn resending the history with the server's actual replies,
 # one conversation at a time and four at once: a prefix cache serves all but the newest turn.
-./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \
   --multi-turn 12:4:500:40 --max-tokens 48 --ignore-eos --rounds 2 \
   --out "artifacts/bench/serving-multi-turn-$(date -u +%Y%m%dT%H%M%SZ).json"
 # The same two servers under open-loop load: Poisson arrivals at each rate in turn, the servers
 # taking turns per rate, latency against achieved throughput in one artifact.
-./target/release/serving-bench --manifest "$manifest" "${targets[@]}" \
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \
   --request-rate 0.25,0.5,1,2 --num-requests 16 --warmup-requests 2 --max-tokens 64 --slo ttft_ms=2000 \
   --out "artifacts/bench/serving-sweep-$(date -u +%Y%m%dT%H%M%SZ).json"
 

@@ -610,24 +610,37 @@ async fn a_repeated_prompt_reuses_its_cached_prefix_and_answers_the_same() {
 }
 
 /// `/metrics` parsed as a scraper parses it (the crate the serving client uses): its scalar
-/// samples by name (label sets summed), and its histograms' cumulative buckets by name.
-async fn scrape(http: &reqwest::Client, base: &str) -> (String, std::collections::HashMap<String, f64>, Vec<(String, Vec<f64>)>) {
+/// samples by name (label sets summed; a histogram's `_sum` and `_count`), and its histograms'
+/// cumulative buckets by name.
+async fn scrape(
+    http: &reqwest::Client,
+    base: &str,
+) -> (String, std::collections::HashMap<String, f64>, Vec<(String, Vec<f64>)>) {
+    use prom_text_format_parser::{Scrape, Type, ValueType};
     let r = http.get(format!("{base}/metrics")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let content_type = r.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
-    let text = r.text().await.unwrap();
-    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let parsed = Scrape::parse(&r.text().await.unwrap()).unwrap();
     let mut scalars = std::collections::HashMap::new();
     let mut histograms = Vec::new();
-    for sample in parsed.samples {
-        match sample.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => {
-                *scalars.entry(sample.metric).or_insert(0.0) += v;
-            }
-            prometheus_parse::Value::Histogram(buckets) => {
-                histograms.push((sample.metric, buckets.iter().map(|b| b.count).collect()));
-            }
-            other => panic!("no summaries are exposed: {other:?}"),
+    for metric in parsed.metrics {
+        let mut buckets = Vec::new();
+        for sample in &metric.samples {
+            let v = sample.value.value.as_f64();
+            let name = match (metric.kind, sample.value.value_type) {
+                (Type::Histogram, ValueType::Sample) => {
+                    buckets.push(v);
+                    continue;
+                }
+                (Type::Histogram, ValueType::Sum) => format!("{}_sum", metric.name),
+                (Type::Histogram, ValueType::Count) => format!("{}_count", metric.name),
+                (Type::Summary, _) => panic!("no summaries are exposed: {}", metric.name),
+                _ => metric.name.clone(),
+            };
+            *scalars.entry(name).or_insert(0.0) += v;
+        }
+        if metric.kind == Type::Histogram {
+            histograms.push((metric.name.clone(), buckets));
         }
     }
     (content_type, scalars, histograms)
@@ -651,7 +664,8 @@ async fn metrics_agree_with_the_answers_and_health() {
         usages.push(answer["usage"].clone());
     }
     let count = |key: &str| usages.iter().map(|u| u[key].as_u64().unwrap()).sum::<u64>() as f64;
-    let cached = usages.iter().map(|u| u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()).sum::<u64>() as f64;
+    let cached =
+        usages.iter().map(|u| u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()).sum::<u64>() as f64;
     let (prompt, generated) = (count("prompt_tokens"), count("completion_tokens"));
     assert!(cached > 100.0, "the repeated prompt was reused: {usages:?}");
 
@@ -665,7 +679,11 @@ async fn metrics_agree_with_the_answers_and_health() {
     assert_eq!(get("serve_time_to_first_token_seconds_count"), 3.0);
     assert_eq!(get("serve_e2e_request_latency_seconds_count"), 3.0);
     assert_eq!(get("serve_inter_token_latency_seconds_count"), generated - 3.0);
-    assert_eq!(get("serve_iteration_tokens_sum"), prompt - cached + generated - 3.0, "prefill past the cache, one per decode");
+    assert_eq!(
+        get("serve_iteration_tokens_sum"),
+        prompt - cached + generated - 3.0,
+        "prefill past the cache, one per decode"
+    );
     assert_eq!(get("serve_iteration_tokens_count"), h["engine"]["steps"].as_f64().unwrap());
     assert_eq!(get("serve_engine_steps_total"), h["engine"]["steps"].as_f64().unwrap());
     assert_eq!(get("serve_prefix_cache_hits_total"), cached);
@@ -680,7 +698,11 @@ async fn metrics_agree_with_the_answers_and_health() {
     assert_eq!(histograms.len(), 4, "{histograms:?}");
     for (name, buckets) in &histograms {
         assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{name}: cumulative buckets");
-        assert_eq!(buckets.last().copied(), Some(get(&format!("{name}_count"))), "{name}: +Inf holds every observation");
+        assert_eq!(
+            buckets.last().copied(),
+            Some(get(&format!("{name}_count"))),
+            "{name}: +Inf holds every observation"
+        );
     }
     s.stop().await;
 }

@@ -161,7 +161,8 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
     for line in crate::serving::failed_groups(&artifact.requests) {
         f.note("invariants", "requests", format!("every request failed in {line}"));
     }
-    let fresh = crate::serving::summarize_all(&artifact.arguments, &artifact.runtimes, &artifact.requests);
+    server_series(artifact, f);
+    let fresh = crate::serving::summarize_artifact(artifact);
     for i in 0..fresh.len().max(artifact.summary.len()) {
         match (fresh.get(i), artifact.summary.get(i)) {
             (Some(a), Some(b)) if a == b => {}
@@ -305,6 +306,62 @@ fn sequential(a: &crate::serving::ServingArtifact, f: &mut Findings) {
                 "requests",
                 format!("the last request ends at {group_end:.3} s, after the {wall:.3} s from provenance.started_at to finished_at"),
             );
+        }
+    }
+}
+
+/// The series scraped from the targets' `/metrics`: each sound ([`crate::serving::series_problem`]),
+/// one per target per group window (a closed round, or an open loop's group) exactly when the run
+/// asked for them, and spanning its window: the first scrape sent before the window's first
+/// request was scheduled, the last after its last one ended. (A series whose one scrape failed,
+/// a target without `/metrics`, spans nothing.)
+fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let open = a.arguments.arrivals.is_some();
+    let mut windows: BTreeMap<(&str, String, usize), (f64, f64)> = BTreeMap::new();
+    for r in &a.requests {
+        let key = (
+            r.runtime.as_str(),
+            crate::serving::load_label(r.concurrency, r.arrival.map(|x| x.rate_rps)),
+            if open { 0 } else { r.round },
+        );
+        let w = windows.entry(key).or_insert((f64::INFINITY, f64::NEG_INFINITY));
+        *w = (w.0.min(r.scheduled_s), w.1.max(r.end_s));
+    }
+    if a.arguments.scrape_metrics_s.is_none() && !a.server_metrics.is_empty() {
+        f.wrong("invariants", "server_metrics", "recorded, but the run asked for no scraping (scrape_metrics_s)");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, s) in a.server_metrics.iter().enumerate() {
+        let at = format!("server_metrics[{i}]");
+        if let Some(problem) = crate::serving::series_problem(s) {
+            f.wrong("invariants", &at, problem);
+        }
+        let key = (s.runtime.as_str(), s.load.clone(), s.round);
+        let Some(&(first, last)) = windows.get(&key) else {
+            f.wrong(
+                "invariants",
+                &at,
+                format!("{} {} round {}: no request of the run was sent there", s.runtime, s.load, s.round),
+            );
+            continue;
+        };
+        if !seen.insert(key) {
+            f.wrong("invariants", &at, format!("{} {} round {} has a series already", s.runtime, s.load, s.round));
+        }
+        let span = s.scrapes.first().zip(s.scrapes.last()).map(|(a, b)| (a.t_s, b.t_s));
+        let unreachable = s.scrapes.len() == 1 && s.scrapes[0].error.is_some();
+        if !unreachable && !span.is_some_and(|(from, to)| from <= first && to >= last) {
+            let shown = span.map_or("none".to_string(), |(from, to)| format!("{from} to {to}"));
+            f.wrong(
+                "invariants",
+                &at,
+                format!("its scrapes ({shown}) do not span its requests' window ({first} to {last})"),
+            );
+        }
+    }
+    if a.arguments.scrape_metrics_s.is_some() {
+        for (runtime, load, round) in windows.keys().filter(|k| !seen.contains(*k)) {
+            f.wrong("invariants", "server_metrics", format!("{runtime} {load} round {round} was not scraped"));
         }
     }
 }

@@ -315,6 +315,12 @@ pub struct BenchArgs {
     /// [default: the manifest's].
     #[arg(long, value_name = "METRIC=MS", value_parser = slo)]
     pub slo: Vec<(String, f64)>,
+    /// Scrape each target's Prometheus /metrics every SECONDS during every group (vLLM, SGLang,
+    /// llama-server with --metrics, the embedded server): the artifact keeps the series, the
+    /// summary gives the server's view (running, waiting, KV use, prefix hit rate, tokens per
+    /// step) [default when given without SECONDS: 1; without the flag: the manifest's].
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1", value_parser = seconds)]
+    pub scrape_metrics: Option<f64>,
 }
 
 /// An `--slo` value that is not METRIC=MS.
@@ -443,6 +449,9 @@ impl BenchArgs {
         if !args.slo.is_empty() {
             p.slo = args.slo.iter().cloned().collect();
         }
+        if let Some(s) = args.scrape_metrics {
+            p.scrape_metrics_s = Some(s);
+        }
         if !args.open_loop_flags().is_empty() {
             let a = p.arrivals.get_or_insert_with(|| serving::Arrivals {
                 rates: vec![None],
@@ -509,6 +518,7 @@ impl BenchArgs {
             "total_timeout_s" => one("--timeout", self.timeout.is_some()),
             "percentiles" => one("--percentiles", !self.percentiles.is_empty()),
             "slo" => one("--slo", !self.slo.is_empty()),
+            "scrape_metrics_s" => one("--scrape-metrics", self.scrape_metrics.is_some()),
             "server_kv_budget" => one("--server-kv-budget", self.server_kv_budget.is_some()),
             _ => Vec::new(),
         }
@@ -544,6 +554,9 @@ impl BenchArgs {
         }
         if let Some(b) = self.server_kv_budget {
             requested["server_kv_budget"] = json!(b);
+        }
+        if let Some(s) = self.scrape_metrics {
+            requested["scrape_metrics"] = json!(s);
         }
         if let Some(shape) = self.shared_prefix {
             requested["shared_prefix"] = json!(shape.describe());
@@ -605,6 +618,7 @@ pub fn seed_parameters() -> Parameters {
         tls_insecure: false,
         percentiles: Vec::new(),
         slo: Default::default(),
+        scrape_metrics_s: None,
     }
 }
 

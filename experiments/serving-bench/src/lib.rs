@@ -14,6 +14,7 @@ pub mod client;
 pub mod export;
 pub mod load;
 mod report;
+pub mod scrape;
 pub mod serving;
 pub mod stream;
 pub mod table;
@@ -54,7 +55,7 @@ impl Experiment for ServingBench {
     }
 
     fn rederive(&self, a: &mut serving::ServingArtifact) {
-        a.summary = serving::summarize_all(&a.arguments, &a.runtimes, &a.requests);
+        a.summary = serving::summarize_artifact(a);
     }
 
     fn recognises(&self, foreign: &Value) -> bool {

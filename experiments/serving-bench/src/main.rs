@@ -8,6 +8,7 @@ use common::workspace::Workspace;
 use serve::ServerConfig;
 use serving_bench::cli::{BenchArgs, Cli, Command, ServeArgs, TargetSpec};
 use serving_bench::client::{self, RequestOptions, Spec, Timeouts};
+use serving_bench::scrape::Scraper;
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use serving_bench::workload::{self, Workload};
 use serving_bench::{load, table, ServingBench};
@@ -319,6 +320,7 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
 struct Measured {
     records: Vec<RequestRecord>,
     realtime_pacers: Vec<bool>,
+    server_metrics: Vec<serving::ServerSeries>,
 }
 
 /// Warm-ups, then the open loop's groups or the closed rounds, every target in turn.
@@ -362,6 +364,14 @@ async fn run(plan: &Plan) -> Result<Measured> {
             .progress_chars("=> "),
     );
     let mut records: Vec<RequestRecord> = Vec::new();
+    let mut server_metrics = Vec::new();
+    let interval = params.scrape_metrics_s.map(std::time::Duration::from_secs_f64);
+    let scrape = |target| async move {
+        match interval {
+            Some(interval) => Some(Scraper::start(http, target, interval, t0).await),
+            None => None,
+        }
+    };
     for target in targets {
         bar.set_message(format!("{} warmup", target.name));
         for w in 0..params.warmups {
@@ -383,6 +393,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
             for (target, group_load) in targets.iter().zip(&steps[step]) {
                 let Some(group_load) = *group_load else { continue };
                 bar.set_message(format!("{} {}", target.name, group_load.label()));
+                let scraper = scrape(target).await;
                 let group = load::run_group(
                     http,
                     target,
@@ -398,6 +409,9 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 )
                 .await
                 .with_context(|| format!("{}: its group {}", target.name, group_load.label()))?;
+                if let Some(s) = scraper {
+                    server_metrics.push(s.finish(&target.name, group_load.label(), 0).await);
+                }
                 records.extend(group.records);
                 realtime_pacers.extend(group.realtime_pacer);
             }
@@ -431,6 +445,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
                     .map(|i| (i, params.closed_item(round, c, i)))
                     .map(|(i, n)| (spec_of(n, c, round, i), &items[n % items.len()].follow_ups[..]))
                     .collect();
+                let scraper = scrape(target).await;
                 let batch = futures_util::future::join_all(specs.iter().map(|(s, follow_ups)| async move {
                     if conversational {
                         client::converse(http, target, s, follow_ups, timeouts, t0).await
@@ -439,6 +454,9 @@ async fn run(plan: &Plan) -> Result<Measured> {
                     }
                 }))
                 .await;
+                if let Some(s) = scraper {
+                    server_metrics.push(s.finish(&target.name, serving::load_label(c, None), round).await);
+                }
                 for conversation in batch {
                     bar.inc(conversation.len() as u64);
                     records.extend(conversation);
@@ -447,7 +465,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
         }
     }
     bar.finish_and_clear();
-    Ok(Measured { records, realtime_pacers })
+    Ok(Measured { records, realtime_pacers, server_metrics })
 }
 
 /// Stops the embedded server (keeping what its KV pool did), then writes the artifact: the
@@ -455,7 +473,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
 /// manifest's label for the claims table.
 async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<String>)> {
     let Plan { prepared, targets, versions, model_metadata, workload, sent_headers, .. } = plan;
-    let Measured { records, realtime_pacers } = measured;
+    let Measured { records, realtime_pacers, server_metrics } = measured;
     let mut embedded_kv = None;
     if let Some(s) = plan.embedded {
         let kv = &s.kv;
@@ -479,7 +497,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             machine: provenance.host.arch.clone(),
             rust: provenance.build.rustc.clone(),
         },
-        summary: serving::summarize_all(&params, &targets, &records),
+        summary: Vec::new(),
         arguments: params,
         runtimes: targets,
         versions,
@@ -503,8 +521,10 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
         sent_headers,
         claims: Vec::new(),
         embedded_kv,
+        server_metrics,
         provenance,
     };
+    artifact.summary = serving::summarize_artifact(&artifact);
     artifact.claims = judge_claims(&ServingBench, &prepared.claims, &artifact)?;
     let path = prepared.write(&artifact)?;
     Ok((path, prepared.manifest.as_ref().map(|_| prepared.manifest_label())))

@@ -3,6 +3,7 @@
 //! bars, and for an open-loop sweep latency against achieved throughput; and its side of
 //! `report --compare`, groups paired by concurrency level and rate.
 
+use crate::serving::{dialect_of, Gauge, ServerSeries};
 use common::chart::{cell, Chart, CompareRow, Grouped, Lines, Section};
 use serde_json::Value;
 use std::fmt::Write;
@@ -84,7 +85,112 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
     section.markdown.push_str(&md);
     section.image("throughput", "throughput", Chart::Grouped(chart));
     sweep_curves(&groups, &mut section);
+    server_view(a, &groups, &mut section);
     section
+}
+
+/// Where the targets' `/metrics` were scraped: the server's view of each group beside the
+/// client's, and over the run, on one time axis, the client's TTFT of each request by when it
+/// was sent above the requests each server had running and waiting (and its KV cache's use).
+fn server_view(a: &Value, groups: &[(String, Value)], section: &mut Section) {
+    let Ok(series) = serde_json::from_value::<Vec<ServerSeries>>(a.get("server_metrics").cloned().unwrap_or_default())
+    else {
+        return;
+    };
+    if series.is_empty() {
+        return;
+    }
+    let columns = [
+        ("server_running_mean", "running mean", 1.0, 1),
+        ("server_running_max", "running peak", 1.0, 0),
+        ("server_waiting_mean", "waiting mean", 1.0, 1),
+        ("server_waiting_max", "waiting peak", 1.0, 0),
+        ("server_kv_usage_mean", "KV use mean %", 100.0, 1),
+        ("server_kv_usage_max", "KV use peak %", 100.0, 1),
+        ("server_prefix_hit_rate", "prefix hit %", 100.0, 1),
+        ("server_tokens_per_step", "tokens/step", 1.0, 1),
+        ("server_preemptions", "preemptions", 1.0, 0),
+    ];
+    let mut md = String::from("What the servers' `/metrics` said over each group (scraped by the client):\n\n");
+    let header: Vec<&str> = columns.iter().map(|c| c.1).collect();
+    let _ = writeln!(md, "| group | server | {} |\n|---|---|{}", header.join(" | "), "---|".repeat(header.len()));
+    for (label, row) in groups.iter().filter(|(_, r)| r.get("server_scrapes").is_some()) {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|(k, _, scale, d)| cell(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
+            .collect();
+        let server = row.get("server_dialect").and_then(Value::as_str).unwrap_or("none read");
+        let _ = writeln!(md, "| {label} | {server} | {} |", cells.join(" | "));
+    }
+    md.push('\n');
+    section.markdown.push_str(&md);
+
+    let mut runtimes: Vec<&str> = Vec::new();
+    for s in &series {
+        if !runtimes.contains(&s.runtime.as_str()) {
+            runtimes.push(&s.runtime);
+        }
+    }
+    let requests = a.get("requests").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let ttft = runtimes
+        .iter()
+        .map(|name| {
+            let mut points: Vec<(f64, f64)> = requests
+                .iter()
+                .filter(|r| r.get("runtime").and_then(Value::as_str) == Some(name))
+                .filter(|r| r.get("error").is_none_or(Value::is_null))
+                .filter_map(|r| {
+                    // TTFT as the summary takes it: from the request's scheduled start.
+                    let start = r.get("scheduled_s").and_then(Value::as_f64)?;
+                    Some((start, (r.get("first_token_s").and_then(Value::as_f64)? - start) * 1000.0))
+                })
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (format!("{name} TTFT"), points)
+        })
+        .collect();
+    let x_label = "seconds since the run began (the client's clock)";
+    let chart = Lines {
+        title: "TTFT of each request, by when it was sent".into(),
+        x_label: x_label.into(),
+        y_label: "milliseconds".into(),
+        lines: ttft,
+    };
+    section.image("server-ttft-over-time", "TTFT over the run", Chart::Lines(chart));
+    let over_time = |gauge: Gauge, what: &str, scale: f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        runtimes
+            .iter()
+            .filter_map(|name| {
+                let mine: Vec<&ServerSeries> = series.iter().filter(|s| s.runtime == *name).collect();
+                let points: Vec<(f64, f64)> =
+                    gauge.over_time(dialect_of(&mine)?, &mine).into_iter().map(|(t, v)| (t, v * scale)).collect();
+                (!points.is_empty()).then(|| (format!("{name} {what}"), points))
+            })
+            .collect()
+    };
+    let lines: Vec<_> = over_time(Gauge::Running, "running", 1.0)
+        .into_iter()
+        .chain(over_time(Gauge::Waiting, "waiting", 1.0))
+        .collect();
+    if !lines.is_empty() {
+        let chart = Lines {
+            title: "requests the servers had running and waiting".into(),
+            x_label: x_label.into(),
+            y_label: "requests".into(),
+            lines,
+        };
+        section.image("server-requests-over-time", "server requests over the run", Chart::Lines(chart));
+    }
+    let kv = over_time(Gauge::KvUsage, "KV use", 100.0);
+    if !kv.is_empty() {
+        let chart = Lines {
+            title: "the servers' KV cache in use".into(),
+            x_label: x_label.into(),
+            y_label: "percent of the budget".into(),
+            lines: kv,
+        };
+        section.image("server-kv-over-time", "server KV use over the run", Chart::Lines(chart));
+    }
 }
 
 /// For an open-loop sweep: latency against the throughput each rate achieved, one line per

@@ -69,6 +69,73 @@ pub fn summary(a: &ServingArtifact) -> String {
             f(row, "ttft_s_later_turns_p50", 1000.0),
         );
     }
+    out.push_str(&server_view(a));
+    out
+}
+
+/// The servers' own view of each group, where their `/metrics` were scraped: requests running
+/// and waiting, KV cache use (mean / peak), prefix-cache hit rate, tokens per step, preemptions.
+fn server_view(a: &ServingArtifact) -> String {
+    let rows: Vec<_> = a.summary.iter().filter(|r| r.contains_key("server_scrapes")).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let open = a.arguments.arrivals.is_some();
+    let pair = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
+        let get = |s: &str| row.get(&format!("{k}_{s}")).and_then(|v| v.as_f64()).map(|v| v * scale);
+        match (get("mean"), get("max")) {
+            (Some(mean), Some(max)) => format!("{mean:.1}/{max:.0}"),
+            _ => "-".into(),
+        }
+    };
+    let one = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64, digits: usize| {
+        row.get(k).and_then(|v| v.as_f64()).map_or("-".into(), |v| format!("{:.*}", digits, v * scale))
+    };
+    let mut out = String::from("\nserver's view (/metrics; mean/peak):\n");
+    let _ = writeln!(
+        out,
+        "{:<18} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>8}",
+        "runtime",
+        if open { "rate" } else { "conc" },
+        "running",
+        "waiting",
+        "KV use %",
+        "prefix %",
+        "tok/step",
+        "preempt",
+        "scrapes"
+    );
+    for row in rows {
+        let scrapes = match row.get("server_scrape_errors").and_then(|v| v.as_u64()) {
+            Some(0) | None => row["server_scrapes"].to_string(),
+            Some(errors) => format!("{}+{errors}!", row["server_scrapes"]),
+        };
+        let _ = writeln!(
+            out,
+            "{:<18} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>8}",
+            row["runtime"].as_str().unwrap_or_default(),
+            load_cell(row, open),
+            pair(row, "server_running", 1.0),
+            pair(row, "server_waiting", 1.0),
+            pair(row, "server_kv_usage", 100.0),
+            one(row, "server_prefix_hit_rate", 100.0, 1),
+            one(row, "server_tokens_per_step", 1.0, 1),
+            one(row, "server_preemptions", 1.0, 0),
+            scrapes,
+        );
+    }
+    // A target whose every scrape failed, once, with the first reason.
+    let mut told = std::collections::BTreeSet::new();
+    for s in &a.server_metrics {
+        let failed = s.scrapes.iter().all(|x| x.error.is_some());
+        if let (true, Some(why)) = (failed, s.scrapes.first().and_then(|x| x.error.as_deref())) {
+            if told.insert(s.runtime.as_str()) {
+                let hint =
+                    if why.ends_with("HTTP 501") { " (llama-server exposes it only with --metrics)" } else { "" };
+                let _ = writeln!(out, "{}: no /metrics to read: {why}{hint}", s.runtime);
+            }
+        }
+    }
     out
 }
 

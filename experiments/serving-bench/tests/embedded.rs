@@ -215,7 +215,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     // A folder's audit takes the artifact and leaves its exports, which have no seal, alone.
     let listed: Vec<_> =
         audit::artifact_files(tmp.path()).into_iter().filter(|p| !p.starts_with(tmp.path().join("models"))).collect();
-    assert_eq!(listed, [out.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&out));
     // The report labels the groups by rate and draws latency against throughput across them.
     use common::experiment::Experiment;
     let value: Value = common::artifact::read_artifact(&out).unwrap();
@@ -693,6 +693,7 @@ fn replicas_of_one_deployment_are_measured_as_one_target() {
             "4",
             "--max-tokens",
             "4",
+            "--scrape-metrics",
         ],
     );
     interrupt(a);
@@ -704,7 +705,87 @@ fn replicas_of_one_deployment_are_measured_as_one_target() {
     let served: Vec<Option<usize>> = a.requests.iter().map(|r| r.replica).collect();
     assert_eq!(served, [Some(0), Some(1), Some(0), Some(1)]);
     assert!(a.requests.iter().all(|r| r.ok() && r.runtime == "pool"), "{:?}", a.requests);
+    // Both replicas' /metrics, scraped together: the group's tokens are the sum of theirs.
+    let replicas: std::collections::BTreeSet<usize> = a.server_metrics[0].scrapes.iter().map(|s| s.replica).collect();
+    assert_eq!(replicas, [0, 1].into());
+    let generated: u64 = a.requests.iter().map(|r| r.output_tokens().0).sum();
+    assert_eq!(a.summary[0]["server_generation_tokens"].as_f64(), Some(generated as f64));
     assert_audits_ok(&out);
+}
+
+/// With `--scrape-metrics`, every group's window (each closed round, each open-loop group) has
+/// the target's `/metrics` series, spanning it; the server's counters rose by exactly what the
+/// client counted of the group's requests; and the audit holds the series to their order, their
+/// counters and their windows.
+#[test]
+fn the_servers_metrics_are_scraped_through_every_group_and_agree_with_the_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    let closed = ["--target", "openai=embedded", "--rounds", "2", "--concurrency", "1,3", "--max-tokens", "8"];
+    let open = ["--target", "openai=embedded", "--request-rate", "40", "--num-requests", "6", "--max-tokens", "8"];
+    for (name, args, windows) in [("closed", &closed[..], 4), ("open", &open[..], 1)] {
+        let args: Vec<&str> = args.iter().copied().chain(["--scrape-metrics", "0.1"]).collect();
+        let out = bench_run(tmp.path(), name, &args).unwrap();
+        let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+        assert_eq!(a.arguments.scrape_metrics_s, Some(0.1));
+        assert_eq!(a.server_metrics.len(), windows, "{name}");
+        for row in &a.summary {
+            let group: Vec<_> = a
+                .requests
+                .iter()
+                .filter(|r| r.runtime == row["runtime"] && !r.arrival.is_some_and(|x| x.warmup))
+                .filter(|r| row["concurrency"] == r.concurrency)
+                .collect();
+            let generated: u64 = group.iter().map(|r| r.output_tokens().0).sum();
+            let prompt: u64 = group.iter().map(|r| r.usage_prompt_tokens.unwrap()).sum();
+            assert_eq!(row["server_dialect"], "embedded", "{row:?}");
+            if name == "closed" {
+                assert_eq!(row["server_generation_tokens"].as_f64(), Some(generated as f64), "{name}: {row:?}");
+                assert_eq!(row["server_prompt_tokens"].as_f64(), Some(prompt as f64), "{name}: {row:?}");
+            } else {
+                // The open loop's window also holds its warm-up requests.
+                assert!(row["server_generation_tokens"].as_f64() >= Some(generated as f64), "{row:?}");
+            }
+            assert!(row["server_scrapes"].as_u64() >= Some(2) && row["server_scrape_errors"] == 0, "{row:?}");
+            assert!(
+                row["server_prefix_hit_rate"].as_f64().is_some_and(|h| h > 0.0),
+                "the seed's prompts repeat: {row:?}"
+            );
+        }
+        assert_audits_ok(&out);
+    }
+
+    // Forgeries, each with its summary recomputed: a counter that falls, a window left without
+    // its series, a series that starts after its window did.
+    let out = tmp.path().join("closed.json");
+    type Forgery = Box<dyn FnOnce(&mut Value)>;
+    let cases: [(&str, Forgery); 3] = [
+        (
+            "fell",
+            Box::new(|v| {
+                let scrapes = v["server_metrics"][0]["scrapes"].as_array_mut().unwrap();
+                let last = scrapes.len() - 1;
+                scrapes[last]["values"]["serve_generation_tokens_total"] = json!(0.0);
+            }),
+        ),
+        (
+            "was not scraped",
+            Box::new(|v| {
+                v["server_metrics"].as_array_mut().unwrap().remove(1);
+            }),
+        ),
+        (
+            "do not span",
+            Box::new(|v| {
+                let scrapes = v["server_metrics"][2]["scrapes"].as_array_mut().unwrap();
+                scrapes.remove(0);
+            }),
+        ),
+    ];
+    for (reason, edit) in cases {
+        let report = audit_of(&forged(&out, edit));
+        assert_eq!(report.verdict, audit::Verdict::Wrong, "{reason}");
+        assert!(report.findings.iter().any(|f| f.message.contains(reason)), "{reason}: {:#?}", report.findings);
+    }
 }
 
 /// An export never writes over a file: not one that was there, and not the artifact itself when

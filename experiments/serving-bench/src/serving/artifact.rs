@@ -49,6 +49,9 @@ pub struct ServingArtifact {
     /// often it preempted a request to keep the budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedded_kv: Option<EmbeddedKv>,
+    /// What each target's `/metrics` said during every group (`scrape_metrics_s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_metrics: Vec<super::ServerSeries>,
     pub provenance: Provenance,
 }
 

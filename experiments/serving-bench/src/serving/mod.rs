@@ -11,19 +11,24 @@
 //! Percentiles interpolate linearly between order statistics.
 //!
 //! One module per job: `record` (what is recorded of a request, a target, a workload), `params`
-//! (the parameters and their checks), `summary` (the arithmetic the audit repeats), `artifact`
-//! (the file a run writes).
+//! (the parameters and their checks), `summary` (the arithmetic the audit repeats), `server`
+//! (what the targets' `/metrics` said, and its columns), `artifact` (the file a run writes).
 
 mod artifact;
 mod params;
 mod record;
+mod server;
 mod summary;
 
 pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
 pub(crate) use params::MAX_TIMEOUT_S;
 pub use params::{Arrivals, Endpoint, Metric, Parameters, MAX_COUNT, MAX_RATE, MAX_SWEEP, SLO_METRICS};
 pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
+#[cfg(test)]
+pub(crate) use server::columns as server_columns;
+pub use server::{dialect_of, Gauge, Scrape, ServerSeries, DIALECTS};
+pub(crate) use server::{kept as server_kept, series_problem};
 pub use summary::{
     aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
-    unsent_turns_notes, usage_contradiction, Group,
+    summarize_artifact, unsent_turns_notes, usage_contradiction, Group,
 };

@@ -66,7 +66,14 @@ pub struct Parameters {
     /// that did and, for an open loop, the goodput (such requests per second).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub slo: BTreeMap<String, f64>,
+    /// Seconds between scrapes of each target's Prometheus `/metrics` during every group (the
+    /// first before its first request, the last after its last); `None`: not scraped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape_metrics_s: Option<f64>,
 }
+
+/// The shortest and longest scrape intervals accepted, in seconds.
+pub const SCRAPE_INTERVAL_S: (f64, f64) = (0.1, 3600.0);
 
 /// How a metric is read from a request (seconds), `None` where it has none.
 pub type Metric = fn(&RequestRecord) -> Option<f64>;
@@ -194,6 +201,13 @@ impl Parameters {
         }
         if let Some(a) = &self.arrivals {
             a.validate()?;
+        }
+        if let Some(s) = self.scrape_metrics_s.filter(|s| !(SCRAPE_INTERVAL_S.0..=SCRAPE_INTERVAL_S.1).contains(s)) {
+            let (low, high) = SCRAPE_INTERVAL_S;
+            return Err(Invalid::new(
+                "scrape_metrics_s",
+                format!("{s}; must be a number of seconds from {low} to {high}"),
+            ));
         }
         if let Some(p) = self.percentiles.iter().find(|p| !(p.is_finite() && **p > 0.0 && **p <= 100.0)) {
             return Err(Invalid::new("percentiles", format!("{p}: a percentile is above 0 and at most 100")));

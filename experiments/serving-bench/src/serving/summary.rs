@@ -239,6 +239,22 @@ pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
         .collect()
 }
 
+/// An artifact's summary: [`summarize_all`] of its requests, and each group's server-side
+/// columns ([`super::server::columns`]) where its targets' `/metrics` were scraped.
+pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, serde_json::Value>> {
+    let mut rows = summarize_all(&a.arguments, &a.runtimes, &a.requests);
+    if !a.server_metrics.is_empty() {
+        for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
+            let series: Vec<_> =
+                a.server_metrics.iter().filter(|s| s.runtime == g.runtime && s.load == g.load).collect();
+            if !series.is_empty() {
+                row.extend(super::server::columns(&series));
+            }
+        }
+    }
+    rows
+}
+
 /// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
 pub fn summarize_all(
     params: &Parameters,
