@@ -63,7 +63,7 @@ if scripts/build-llama-server.sh; then
     start_llama_server --parallel 4 --ctx-size 8192 --threads "$(nproc)" --no-cache-prompt --cache-ram 0 &&
     no_cache=$started; then
     # llama-server at its defaults first: every other target's ratios are taken against it.
-    targets=(--target "openai=$defaults" --target "openai=$no_cache" --target openai=embedded)
+    targets=(--target "llama-server=openai=$defaults" --target "llama-server-no-cache=openai=$no_cache" --target openai=embedded)
   else
     echo "measuring the embedded server alone" >&2
     cleanup

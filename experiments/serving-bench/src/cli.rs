@@ -158,12 +158,13 @@ pub fn seconds(s: &str) -> Result<f64, SecondsError> {
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A server to measure, KIND=URL with KIND openai or ollama (repeatable; targets take turns
-    /// round by round, and each is compared with the first). URL `embedded` is the embedded
-    /// server on the manifest's model. Without any, the embedded server through both APIs.
-    /// KIND=URL@GROUP makes the URL one replica of the target GROUP: a deployment of several
-    /// servers measured as one, its requests spread over the replicas in turn.
-    #[arg(long, value_name = "KIND=URL")]
+    /// A server to measure, [NAME=]KIND=URL with KIND openai or ollama (repeatable; targets take
+    /// turns round by round, and each is compared with the first). NAME is how tables, charts
+    /// and claims call it [default: its KIND, numbered when several]. URL `embedded` is the
+    /// embedded server on the manifest's model. Without any, the embedded server through both
+    /// APIs. KIND=URL@GROUP makes the URL one replica of the target GROUP: a deployment of
+    /// several servers measured as one, its requests spread over the replicas in turn.
+    #[arg(long, value_name = "[NAME=]KIND=URL")]
     pub target: Vec<String>,
     /// Model name to request [default: the first model each server lists].
     #[arg(long)]
@@ -355,6 +356,13 @@ pub fn rate(s: &str) -> Result<Rate, RateError> {
     }
 }
 
+/// Whether a target's name reads well in tables, file names and claims.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && !name.starts_with('-')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// Open-loop requests per group when neither `--num-requests` nor `--duration` says.
 pub const DEFAULT_NUM_REQUESTS: usize = 100;
 
@@ -362,10 +370,11 @@ pub const DEFAULT_NUM_REQUESTS: usize = 100;
 const OPEN_LOOP_ARGS: [&str; 7] =
     ["request_rate", "sweep", "burstiness", "max_concurrency", "num_requests", "duration", "warmup_requests"];
 
-/// A `--target` as given: its API, its URL (`None`: the embedded server on the manifest's model)
-/// and the group of replicas it belongs to.
+/// A `--target` as given: the name it was given, its API, its URL (`None`: the embedded server
+/// on the manifest's model) and the group of replicas it belongs to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetSpec {
+    pub name: Option<String>,
     pub kind: crate::serving::Kind,
     pub url: Option<String>,
     pub group: Option<String>,
@@ -384,20 +393,45 @@ impl BenchArgs {
             let (kind, url) = spec.split_once('=').ok_or_else(|| {
                 format!("--target {shown}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
             })?;
+            // NAME=KIND=URL: a name of the user's for tables, charts and claims.
+            let (name, kind, url) = match (Kind::parse(kind), url.split_once('=')) {
+                (Err(_), Some((k, u))) if Kind::parse(k).is_ok() => (Some(kind), k, u),
+                _ => (None, kind, url),
+            };
+            if let Some(name) = name.filter(|n| !valid_name(n)) {
+                return Err(format!(
+                    "--target {shown}: the name `{name}` must be 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `-`"
+                ));
+            }
             let kind = Kind::parse(kind).map_err(|e| format!("--target {shown}: {e}"))?;
             let (url, group) = client::split_group(url);
+            if let (Some(_), Some(group)) = (name, group) {
+                return Err(format!(
+                    "--target {shown}: a replica's target is named by its group `{group}`; leave out NAME="
+                ));
+            }
+            let name = name.map(str::to_string);
             if url == "embedded" && group.is_none() {
-                specs.push(TargetSpec { kind, url: None, group: None });
+                if name.is_some() {
+                    // The audit knows the embedded server by its names.
+                    return Err(format!(
+                        "--target {shown}: the embedded server is named embedded-{}; leave out NAME=",
+                        kind.name()
+                    ));
+                }
+                specs.push(TargetSpec { name, kind, url: None, group: None });
             } else if url.starts_with("http://") || url.starts_with("https://") {
                 client::check_url(url).map_err(|problem| format!("--target {shown}: {problem}"))?;
                 let url = Some(url.trim_end_matches('/').to_string());
-                specs.push(TargetSpec { kind, url, group: group.map(str::to_string) });
+                specs.push(TargetSpec { name, kind, url, group: group.map(str::to_string) });
             } else {
                 return Err(format!("--target {shown}: the URL must start with http:// or https://, or be `embedded`"));
             }
         }
         if specs.is_empty() {
-            specs = [Kind::OpenAi, Kind::Ollama].map(|kind| TargetSpec { kind, url: None, group: None }).to_vec();
+            specs = [Kind::OpenAi, Kind::Ollama]
+                .map(|kind| TargetSpec { name: None, kind, url: None, group: None })
+                .to_vec();
         }
         Ok(specs)
     }

@@ -213,7 +213,7 @@ async fn targets(
 ) -> Result<Vec<Runtime>> {
     let external = specs.iter().filter(|t| t.url.is_some() && t.group.is_none()).count();
     let mut targets: Vec<Runtime> = Vec::new();
-    for (i, TargetSpec { kind, url, group }) in specs.iter().enumerate() {
+    for (i, TargetSpec { name: given, kind, url, group }) in specs.iter().enumerate() {
         if let (Some(url), Some(group)) = (url, group) {
             // A replica joins its group's target (made by the group's first replica).
             if let Some(t) = targets.iter_mut().find(|t| !t.replicas.is_empty() && &t.name == group) {
@@ -229,7 +229,7 @@ async fn targets(
         }
         let target = match (url, embedded, model) {
             (None, Some(running), Some(model)) => Runtime {
-                name: format!("embedded-{}", kind.name()),
+                name: given.clone().unwrap_or_else(|| format!("embedded-{}", kind.name())),
                 kind: *kind,
                 base_url: format!("http://{}", running.addr),
                 model: model_name(&model.resolved),
@@ -242,20 +242,22 @@ async fn targets(
                         .await
                         .map_err(|e| anyhow::anyhow!("--target {}: {e}", args.target[i]))?,
                 };
-                let (name, replicas) = match group {
-                    Some(group) => (group.clone(), vec![url.clone()]),
-                    None if external > 1 => (format!("{}-{}", kind.name(), i + 1), Vec::new()),
-                    None => (kind.name().to_string(), Vec::new()),
+                let (name, replicas) = match (group, given) {
+                    (Some(group), _) => (group.clone(), vec![url.clone()]),
+                    (None, Some(name)) => (name.clone(), Vec::new()),
+                    (None, None) if external > 1 => (format!("{}-{}", kind.name(), i + 1), Vec::new()),
+                    (None, None) => (kind.name().to_string(), Vec::new()),
                 };
                 Runtime { name, kind: *kind, base_url: url.clone(), model, replicas }
             }
             _ => unreachable!("an embedded target starts the embedded server"),
         };
         if targets.iter().any(|t| t.name == target.name) {
-            bail!(
-                "--target {}: measured twice; give each target once",
-                args.target.get(i).map(String::as_str).unwrap_or("")
-            );
+            let shown = args.target.get(i).map(|t| client::redacted(t)).unwrap_or_default();
+            match given {
+                Some(name) => bail!("--target {shown}: the name `{name}` is another target's; give each its own"),
+                None => bail!("--target {shown}: measured twice; give each target once"),
+            }
         }
         targets.push(target);
     }

@@ -61,6 +61,9 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     assert!(openai["prompt_tps_mean"].is_null() && openai["prompt_tps_note"].is_string());
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("embedded-ollama") && stdout.contains("artifact: "), "{stdout}");
+    // Its log, written to a pipe, is plain text: no colour codes.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("INFO") && !stderr.contains('\x1b'), "{stderr}");
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
     assert_audits_ok(&out);
@@ -419,11 +422,12 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let tmp = tempfile::tempdir().unwrap();
     let (child, line) = serve(&tmp.path().join("models"), &[]);
     let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
-    let target = format!("openai={}", url.replace("http://", "http://alice:s3cret@"));
+    // Named by the user, and its /metrics scraped with the same credentials.
+    let target = format!("local-server=openai={}", url.replace("http://", "http://alice:s3cret@"));
     let run = bench_run(
         tmp.path(),
         "bench",
-        &["--target", &target, "--rounds", "1", "--concurrency", "1", "--max-tokens", "4"],
+        &["--target", &target, "--rounds", "1", "--concurrency", "1", "--max-tokens", "4", "--scrape-metrics"],
     );
     interrupt(child);
     let out = run.expect("the benchmark run");
@@ -434,6 +438,12 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert!(a.requests.len() == 1 && a.requests[0].ok(), "{:?}", a.requests);
     assert!(a.runtimes[0].base_url.starts_with("http://<redacted>@127.0.0.1:"), "{:?}", a.runtimes);
+    assert_eq!((a.runtimes[0].name.as_str(), a.summary[0]["runtime"].as_str()), ("local-server", Some("local-server")));
+    assert!(
+        a.server_metrics[0].scrapes.iter().all(|s| s.error.is_none() && !s.values.is_empty()),
+        "{:?}",
+        a.server_metrics
+    );
     // The audit re-reads the redacted command line and finds it consistent.
     assert_audits_ok(&out);
 }
@@ -1006,7 +1016,7 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 34] = [
+    let cases: [(&[&str], &str); 39] = [
         (
             &["--request-rate", "1e-300", "--num-requests", "2"],
             "arrivals.rates: 1e-300 requests/s: 2 requests take about",
@@ -1020,6 +1030,14 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
+        (&["--target=-x=openai=http://127.0.0.1:1"], "the name `-x` must be 1 to 64 letters"),
+        (&["--target", "a b=openai=http://127.0.0.1:1"], "the name `a b` must be"),
+        (&["--target", "mine=openai=embedded"], "the embedded server is named embedded-openai; leave out NAME="),
+        (&["--target", "mine=openai=http://127.0.0.1:1@pool"], "a replica's target is named by its group `pool`"),
+        (
+            &["--scrape-metrics", "0.01"],
+            "--scrape-metrics: scrape_metrics_s: 0.01; must be a number of seconds from 0.1",
+        ),
         (&["--header", "no-colon-here"], "--header no-colon-here: write NAME:VALUE"),
         (&["--api-key-env", "SERVING_BENCH_SURELY_UNSET"], "the variable is not set"),
         (&["--input-tokens", "gauss:3"], "`gauss:3` is not a length distribution"),
