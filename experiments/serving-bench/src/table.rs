@@ -12,22 +12,29 @@ pub fn summary(a: &ServingArtifact) -> String {
     let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
         row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
     };
+    let f2 = |row: &BTreeMap<String, serde_json::Value>, k: &str| {
+        row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+    };
     let open = a.arguments.arrivals.is_some();
     // Send lateness, and in brackets the client's own part (without waits for a slot).
     let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
     let slo = !a.arguments.slo.is_empty();
     let _ = writeln!(
         out,
-        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>10} {:>10} {:>11} {:>16} {:>8} {:>9}",
+        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>9} {:>10} {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
         "runtime",
         group,
         "ok",
         "fail",
         "ttft p50",
+        "ttft std",
         "ttft p95",
         "total p50",
         "decode t/s",
         "aggr t/s",
+        "req/s",
+        "out t/s",
+        "total t/s",
         late,
         if slo { "SLO met" } else { "" },
         if slo && open { "goodput/s" } else { "" }
@@ -43,16 +50,20 @@ pub fn summary(a: &ServingArtifact) -> String {
         let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         let _ = writeln!(
             out,
-            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>16} {:>8} {:>9}",
+            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
             group,
             row["successes"].to_string(),
             row["failures"].to_string(),
             f(row, "ttft_s_p50", 1000.0),
+            f(row, "ttft_s_std", 1000.0),
             f(row, "ttft_s_p95", 1000.0),
             f(row, "total_s_p50", 1000.0),
             f(row, "decode_tps_mean", 1.0),
             f(row, "aggregate_output_tps_mean", 1.0),
+            f2(row, "request_throughput_rps"),
+            f(row, "output_throughput_tps", 1.0),
+            f(row, "total_token_throughput_tps", 1.0),
             lateness,
             met,
             goodput,

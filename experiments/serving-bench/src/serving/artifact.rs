@@ -90,7 +90,8 @@ pub fn measurement_notes() -> BTreeMap<String, String> {
         ("aggregate_output_tps", "Per round: successful output tokens of the concurrency group / the round's wall time (first request start to last end)."),
         ("output_tokens", "Server usage.completion_tokens, else Ollama eval_count, else the number of chunks with generated text; each summary lists the sources used."),
         ("send_lateness", "Open loops: sent_s - scheduled_s, how late the client sent a request; client_lateness leaves out any wait for a slot under max_concurrency (sent_s - arrival.admitted_s), the part that was the client's own."),
-        ("percentiles", "Linear interpolation between order statistics; every metric carries its sample count _n."),
+        ("percentiles", "Linear interpolation between order statistics; every metric carries its sample count _n and its population standard deviation _std."),
+        ("throughput", "Per group, over its window (first scheduled request to last end, the one goodput_rps takes): request_throughput_rps is successful requests, output_throughput_tps their output tokens, total_token_throughput_tps their prompt (as the server counted them) and output tokens, each per second."),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -7,10 +7,16 @@ use super::record::{ErrorClass, RequestRecord, Runtime, TokenSource};
 use common::stats::summarize;
 use std::collections::BTreeMap;
 
-/// mean / p50 / p95 / p99 and n of one metric, flattened into the seed's `<metric>_<stat>` names.
+/// mean / std / p50 / p95 / p99 and n of one metric, flattened into the seed's
+/// `<metric>_<stat>` names. The standard deviation is the population's (as vLLM's printout
+/// gives it), over the values the mean is taken over.
 fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
     let s = summarize(values);
-    for (stat, v) in [("mean", s.mean), ("p50", s.p50), ("p95", s.p95), ("p99", s.p99)] {
+    let std = s.mean.map(|mean| {
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        (finite.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / finite.len() as f64).sqrt()
+    });
+    for (stat, v) in [("mean", s.mean), ("std", std), ("p50", s.p50), ("p95", s.p95), ("p99", s.p99)] {
         row.insert(format!("{metric}_{stat}"), serde_json::json!(v));
     }
     row.insert(format!("{metric}_n"), serde_json::json!(s.n));
@@ -81,11 +87,33 @@ pub(crate) fn summarize_group(
     }
     let aggregate: Vec<f64> = rounds.values().filter_map(|rs| aggregate_tps(rs)).collect();
     put(&mut row, "aggregate_output_tps", &aggregate);
+    throughput_columns(&mut row, records);
     let mut sources: Vec<String> = ok.iter().map(|r| format!("{:?}", r.output_tokens().1).to_lowercase()).collect();
     sources.sort();
     sources.dedup();
     row.insert("output_token_sources".into(), serde_json::json!(sources));
     row
+}
+
+/// Throughput over the group's window ([`window_s`]: its first scheduled request to its last
+/// end, rounds and the gaps between them included), the one window goodput is taken over too:
+/// successful requests per second, their output tokens per second, and their prompt and output
+/// tokens per second (prompt tokens as the server counted them; requests without a count add
+/// none, and `total_token_throughput_counted` says how many had one).
+fn throughput_columns(row: &mut BTreeMap<String, serde_json::Value>, group: &[&RequestRecord]) {
+    let window = window_s(group);
+    let ok = || group.iter().filter(|r| r.ok());
+    let output = ok().fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
+    let prompts: Vec<u64> = ok().filter_map(|r| r.usage_prompt_tokens.or(r.ollama_prompt_eval_count)).collect();
+    let prompt = prompts.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
+    let per_second = |n: f64| window.map(|w| n / w);
+    row.insert("request_throughput_rps".into(), serde_json::json!(per_second(ok().count() as f64)));
+    row.insert("output_throughput_tps".into(), serde_json::json!(per_second(output as f64)));
+    row.insert(
+        "total_token_throughput_tps".into(),
+        serde_json::json!(per_second(output.saturating_add(prompt) as f64)),
+    );
+    row.insert("total_token_throughput_counted".into(), serde_json::json!(prompts.len()));
 }
 
 /// The wall time of a round or group: from its first scheduled request to its last end.
@@ -429,6 +457,26 @@ mod tests {
         // TTFTs 0.1 s and 0.5 s: p90 interpolates to 0.46 s.
         assert!(row["ttft_s_p90"].as_f64().is_some_and(|p| (p - 0.46).abs() < 1e-12), "{row:?}");
         assert!(!row.contains_key("ttft_s_p99"), "p99 is among the seed's columns already");
+    }
+
+    /// Throughput and goodput share one window, so goodput never exceeds the request
+    /// throughput; standard deviations are the population's.
+    #[test]
+    fn throughput_and_goodput_are_taken_over_one_window() {
+        let a = rec(0, 0.0, 0.5, 2.5, 11);
+        let b = rec(0, 1.0, 1.1, 5.0, 11);
+        let mut c = rec(0, 2.0, 2.2, 4.0, 11);
+        c.error = Some(ErrorClass::TruncatedStream);
+        let mut row = summarize_group("r", "m", 2, &[&a, &b, &c]);
+        let slo = [("ttft_ms".to_string(), 1000.0)].into_iter().collect();
+        slo_columns(&mut row, &slo, &[&a, &b, &c], true);
+        // Two successes over 0 s to 5 s, 11 output and 10 prompt tokens each.
+        assert_eq!(row["request_throughput_rps"].as_f64(), Some(0.4));
+        assert_eq!(row["output_throughput_tps"].as_f64(), Some(22.0 / 5.0));
+        assert_eq!(row["total_token_throughput_tps"].as_f64(), Some(42.0 / 5.0));
+        assert_eq!(row["goodput_rps"].as_f64(), row["request_throughput_rps"].as_f64(), "both met the SLO");
+        // TTFTs 0.5 s and 0.1 s: mean 0.3, population deviation 0.2.
+        assert!(row["ttft_s_std"].as_f64().is_some_and(|s| (s - 0.2).abs() < 1e-12), "{row:?}");
     }
 
     #[test]
