@@ -118,7 +118,7 @@ pub async fn run_group(
     seed: u64,
     timeouts: &Timeouts,
     t0: Instant,
-    progress: &indicatif::ProgressBar,
+    progress: &crate::progress::Progress,
 ) -> Result<GroupRun, Invalid> {
     let Load { rate, cap } = load;
     let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
@@ -198,7 +198,10 @@ pub async fn run_group(
         // A measuring task does not panic (every failure is a record); if one did, its record is
         // lost and the count below says so.
         if let Ok(record) = done {
-            progress.inc(1);
+            match record.arrival.is_some_and(|a| a.warmup) {
+                true => progress.unmeasured(),
+                false => progress.done(&record),
+            }
             records.push(record);
         }
     }

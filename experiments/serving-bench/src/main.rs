@@ -8,6 +8,7 @@ use common::workspace::Workspace;
 use serve::ServerConfig;
 use serving_bench::cli::{BenchArgs, Cli, Command, ServeArgs, TargetSpec};
 use serving_bench::client::{self, RequestOptions, Spec, Timeouts};
+use serving_bench::progress::Progress;
 use serving_bench::scrape::Scraper;
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
 use serving_bench::workload::{self, Workload};
@@ -359,12 +360,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
     let measured = per_target
         .and_then(|n| n.checked_mul(targets.len()))
         .context("the run has more requests than can be counted; give fewer --rounds, --concurrency or --target")?;
-    let bar = indicatif::ProgressBar::new(measured.saturating_add(params.warmups.saturating_mul(targets.len())) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
+    let bar = Progress::new(measured.saturating_add(params.warmups.saturating_mul(targets.len())) as u64);
     let mut records: Vec<RequestRecord> = Vec::new();
     let mut server_metrics = Vec::new();
     let interval = params.scrape_metrics_s.map(std::time::Duration::from_secs_f64);
@@ -375,11 +371,11 @@ async fn run(plan: &Plan) -> Result<Measured> {
         }
     };
     for target in targets {
-        bar.set_message(format!("{} warmup", target.name));
+        bar.group(format!("{} warmup", target.name));
         for w in 0..params.warmups {
             let spec = spec_of(w, 1, 0, w);
             client::measure(http, target, &spec, timeouts, t0, None).await;
-            bar.inc(1);
+            bar.unmeasured();
         }
     }
     // An open loop: per group, each target in turn runs it. A sweep's later groups have rates
@@ -394,7 +390,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
         while step < steps.len() {
             for (target, group_load) in targets.iter().zip(&steps[step]) {
                 let Some(group_load) = *group_load else { continue };
-                bar.set_message(format!("{} {}", target.name, group_load.label()));
+                bar.group(format!("{} {}", target.name, group_load.label()));
                 let scraper = scrape(target).await;
                 let group = load::run_group(
                     http,
@@ -440,7 +436,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
     for round in 0..rounds {
         for &c in &params.concurrency {
             for target in targets {
-                bar.set_message(format!("{} concurrency {c} round {}", target.name, round + 1));
+                bar.group(format!("{} concurrency {c} round {}", target.name, round + 1));
                 // In a workload of conversations every item is one, turns numbered, even one of
                 // a single turn; otherwise each item is a single request.
                 let specs: Vec<(Spec, &[String])> = (0..c)
@@ -448,25 +444,26 @@ async fn run(plan: &Plan) -> Result<Measured> {
                     .map(|(i, n)| (spec_of(n, c, round, i), &items[n % items.len()].follow_ups[..]))
                     .collect();
                 let scraper = scrape(target).await;
+                let bar = &bar;
                 let batch = futures_util::future::join_all(specs.iter().map(|(s, follow_ups)| async move {
-                    if conversational {
+                    // Shown as each request or conversation ends.
+                    let done = if conversational {
                         client::converse(http, target, s, follow_ups, timeouts, t0).await
                     } else {
                         vec![client::measure(http, target, s, timeouts, t0, None).await]
-                    }
+                    };
+                    done.iter().for_each(|r| bar.done(r));
+                    done
                 }))
                 .await;
                 if let Some(s) = scraper {
                     server_metrics.push(s.finish(&target.name, serving::load_label(c, None), round).await);
                 }
-                for conversation in batch {
-                    bar.inc(conversation.len() as u64);
-                    records.extend(conversation);
-                }
+                records.extend(batch.into_iter().flatten());
             }
         }
     }
-    bar.finish_and_clear();
+    bar.finish();
     Ok(Measured { records, realtime_pacers, server_metrics })
 }
 

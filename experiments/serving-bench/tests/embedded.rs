@@ -64,6 +64,11 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     // Its log, written to a pipe, is plain text: no colour codes.
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("INFO") && !stderr.contains('\x1b'), "{stderr}");
+    // Not a terminal: progress comes as plain lines, the first when the first request ends.
+    assert!(
+        stderr.contains("/102 requests; embedded-openai concurrency 1 round 1: 1 ok, 0 failed, TTFT p50 "),
+        "{stderr}"
+    );
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
     assert_audits_ok(&out);
