@@ -184,13 +184,25 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
         section.markdown.push_str(&std::mem::take(&mut md));
         section.image(&format!("compare-{file}"), title, Chart::Grouped(chart));
     }
+    // One timeline per configuration: its round of median elapsed time (the lower of two
+    // middles), so that a page shows each policy once rather than every round of it.
     let mut drew = 0;
-    for (i, run) in runs.iter().enumerate().filter(|(_, r)| !r.steps.is_empty()) {
+    let mut shown: Vec<(usize, usize)> = Vec::new();
+    for config in &configs {
+        let mut rounds: Vec<(usize, &_)> =
+            runs.iter().enumerate().filter(|(_, r)| &r.config == config && !r.steps.is_empty()).collect();
+        rounds.sort_by(|a, b| a.1.elapsed.total_cmp(&b.1.elapsed));
+        if let Some(&(i, _)) = rounds.get(rounds.len().saturating_sub(1) / 2) {
+            shown.push((i, rounds.len()));
+        }
+    }
+    for (k, (i, of)) in shown.into_iter().enumerate() {
+        let run = &runs[i];
         let lanes = ids.clone();
         let lane = |job: &str| lanes.iter().position(|l| l == job).unwrap_or(0);
         let chart = Timeline {
             title: format!(
-                "{} (round {}): {} forwards, {:.1} ms",
+                "{} (round {}, the median of {of}): {} forwards, {:.1} ms",
                 run.config,
                 run.round,
                 forwards(&run.steps),
@@ -201,7 +213,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
             end: run.elapsed,
             lanes,
         };
-        let file = format!("timeline-{i:02}");
+        let file = format!("timeline-{k:02}");
         section.markdown.push_str(&std::mem::take(&mut md));
         section.image(&file, &format!("timeline of {} round {}", run.config, run.round), Chart::Timeline(chart));
         drew += 1;
