@@ -451,6 +451,7 @@ async fn measure_reply(
         replica: target.replica(spec.index).0,
         max_tokens: Some(spec.max_tokens as u64),
         turn: None,
+        resent: false,
     };
     let mut reply = String::new();
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec, &mut reply).await;
@@ -483,12 +484,18 @@ async fn stream_into(
     let first_deadline = start + timeouts.first_token;
     let (endpoint, body) = request_body(target, spec);
     rec.sent_s = Some(secs(Instant::now()));
-    let send = client.post(&endpoint).json(&body).send();
-    let response = match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
-        Err(_) => return Err(timeout_class(start, timeouts, false, "no response headers")),
-        Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, describe(&e))),
-        Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", describe(&e)))),
-        Ok(Ok(r)) => r,
+    let response = loop {
+        let send = client.post(&endpoint).json(&body).send();
+        match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
+            Err(_) => return Err(timeout_class(start, timeouts, false, "no response headers")),
+            // The server closed the kept-alive connection as the request went out (a server
+            // that caps a connection's requests, as llama-server's HTTP library does, races the
+            // client's reuse): nothing was answered, so it is sent again, once, and recorded.
+            Ok(Err(e)) if !rec.resent && closed_before_an_answer(&e) => rec.resent = true,
+            Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, describe(&e))),
+            Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", describe(&e)))),
+            Ok(Ok(r)) => break r,
+        }
     };
     let status = response.status();
     rec.status = Some(status.as_u16());
@@ -598,6 +605,20 @@ fn timeout_class(start: Instant, t: &Timeouts, had_token: bool, what: &str) -> (
     } else {
         (ErrorClass::IdleTimeout, format!("{what}: nothing for {:?}", t.idle))
     }
+}
+
+/// Whether the connection closed before any byte of an answer came (hyper's "incomplete
+/// message" while the request was being sent): the mark of a kept-alive connection the server
+/// had just closed.
+fn closed_before_an_answer(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// A reqwest error with its causes on one line (its own message leaves them out), without the

@@ -457,3 +457,47 @@ async fn ollama_stream_in_one_byte_reads_keeps_counters() {
 fn scripted_runtime(kind: Kind) -> Runtime {
     Runtime { name: "scripted".into(), kind, base_url: String::new(), model: "m".into(), replicas: Vec::new() }
 }
+
+/// Fault injector: closes the first `closed` connections as soon as their request is read (what
+/// the client sees when a server closes a kept-alive connection as the request goes out), then
+/// answers the next one with a good stream.
+async fn closing(closed: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for n in 0.. {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut seen = Vec::new();
+            while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
+                let read = sock.read(&mut buf).await.unwrap_or(0);
+                if read == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..read]);
+            }
+            if n >= closed {
+                let _ = sock.write_all(good_sse().as_bytes()).await;
+                let _ = sock.shutdown().await;
+                return;
+            }
+            drop(sock);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A connection closed before any answer is sent again once, on a fresh connection, and the
+/// record says so; closed twice, the request fails.
+#[tokio::test]
+async fn a_connection_closed_before_any_answer_is_resent_once() {
+    let r = run(Kind::OpenAi, closing(1).await, timeouts()).await;
+    assert_eq!(r.error, None, "{:?}", r.error_detail);
+    assert!(r.resent && r.usage_completion_tokens == Some(3), "{r:?}");
+    let r = run(Kind::OpenAi, closing(2).await, timeouts()).await;
+    assert_eq!(r.error, Some(ErrorClass::TruncatedStream), "{:?}", r.error_detail);
+    assert!(r.resent, "{r:?}");
+    // A clean first send is not marked.
+    let r = run(Kind::OpenAi, closing(0).await, timeouts()).await;
+    assert!(r.ok() && !r.resent, "{r:?}");
+}

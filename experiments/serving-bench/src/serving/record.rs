@@ -104,6 +104,10 @@ pub struct RequestRecord {
     /// the server's replies; absent for a single request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<usize>,
+    /// The first send found its kept-alive connection closed by the server before any answer,
+    /// and the request was sent again, once (its times run from the first send).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resent: bool,
 }
 
 /// Where a run's prompts came from, and enough about them to tell whether two runs sent the

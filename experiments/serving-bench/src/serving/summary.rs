@@ -407,6 +407,7 @@ mod tests {
             replica: None,
             max_tokens: None,
             turn: None,
+            resent: false,
         }
     }
 
