@@ -1,6 +1,7 @@
 //! The workspace tools' shared part: the registry of experiments that `reproduce`, `audit`,
 //! `pin` and `report` dispatch through.
 
+pub mod bytes_bar;
 pub mod registry;
 
 /// What every tool exits with: 0 when all is well; [`CHECK_FAILED`] when what it checked is not

@@ -129,6 +129,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].end_s", &["nudge", "jump"], "measured"),
     ("requests[].arrival.admitted_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
+    ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].end_ms", &["nudge"], "measured"),
     ("runs[].scheduler_overhead_ms", &[], "measured"),
@@ -155,6 +156,11 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("runtimes[].base_url", &[], "server"),
     ("runtimes[].model", &[], "server"),
     ("embedded_kv.*", &[], "server"),
+    // What a target's /metrics said (its counters held to their order), and why a scrape failed;
+    // whether the server closed a request's connection before answering it.
+    ("server_metrics[].scrapes[].values.*", &[], "server"),
+    ("server_metrics[].scrapes[].error", &["text"], "server"),
+    ("requests[].resent", &["flip"], "server"),
     // A KV pool's high-water mark, kept as blocks were taken: a whole number of blocks within the
     // pool and at least the largest request's, which is all the timeline fixes.
     ("runs[].peak_kv_bytes", &["step", "jump"], "pool"),

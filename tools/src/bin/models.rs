@@ -7,6 +7,7 @@ use common::pin::{ModelPin, ModelSource};
 use common::resolve::{resolve, ResolveError, ResolveOptions};
 use common::workspace::Workspace;
 use std::path::PathBuf;
+use tools::bytes_bar::{with_bytes, Io};
 
 #[derive(Parser)]
 #[command(about = "Pinned models: list their state; generate, fetch, verify or re-pin them")]
@@ -73,10 +74,12 @@ fn run(cli: Cli) -> Result<()> {
                     println!("{:<24} exists, verifying (pass --force to regenerate)", pin.name);
                 } else {
                     println!("{:<24} generating into {}", pin.name, ws.display_path(&dir));
-                    generate::generate_into(&shape, &dir, force)?;
+                    let label = format!("{} generating", pin.name);
+                    with_bytes(&label, pin_bytes(&pin), Io::Written, || generate::generate_into(&shape, &dir, force))?;
                 }
                 let opts = ResolveOptions::default();
-                resolve(&ws, &pin, &opts).with_context(|| {
+                let label = format!("{} verifying", pin.name);
+                with_bytes(&label, pin_bytes(&pin), Io::Read, || resolve(&ws, &pin, &opts)).with_context(|| {
                     format!("the generated `{}` does not match its pin: the generator changed; if intended, run `just models pin {}`", pin.name, pin.name)
                 })?;
                 println!("{:<24} verified", pin.name);
@@ -91,7 +94,8 @@ fn run(cli: Cli) -> Result<()> {
             let opts = ResolveOptions { model_dir, offline: true, ..Default::default() };
             let mut failed = 0;
             for pin in pins {
-                match resolve(&ws, &pin, &opts) {
+                let label = format!("{} verifying", pin.name);
+                match with_bytes(&label, pin_bytes(&pin), Io::Read, || resolve(&ws, &pin, &opts)) {
                     Ok(m) => {
                         println!("{:<24} verified ({} files in {})", pin.name, m.files.len(), ws.display_path(&m.dir))
                     }
@@ -157,6 +161,11 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// The named pins (all matching `filter` when none are named); an unknown name is an error.
+/// The bytes of a model's pinned files: what generating writes and verifying reads.
+fn pin_bytes(pin: &ModelPin) -> u64 {
+    pin.files.iter().map(|f| f.size).fold(0, u64::saturating_add)
+}
+
 fn select(ws: &Workspace, names: &[String], filter: impl Fn(&ModelPin) -> bool) -> Result<Vec<ModelPin>> {
     if names.is_empty() {
         return Ok(ws.model_pins()?.into_iter().filter(|p| filter(p)).collect());
