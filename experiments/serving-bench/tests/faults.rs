@@ -49,17 +49,7 @@ async fn scripted_seeing(script: Vec<Step>) -> (String, tokio::sync::oneshot::Re
     let (request, seen_request) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let (mut sock, _) = listener.accept().await.unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut seen = Vec::new();
-        // Read until the end of the headers and the JSON body (closing brace at the end).
-        while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
-            let n = sock.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-        }
-        let _ = request.send(seen);
+        let _ = request.send(read_request(&mut sock).await);
         for step in script {
             match step {
                 Step::Write(b) => {
@@ -82,6 +72,21 @@ async fn scripted_seeing(script: Vec<Step>) -> (String, tokio::sync::oneshot::Re
         let _ = sock.shutdown().await;
     });
     (format!("http://{addr}"), seen_request)
+}
+
+/// Reads a request: until the end of the headers and the JSON body (its closing brace at the
+/// end), or until the client stops sending.
+async fn read_request(sock: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut seen = Vec::new();
+    while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
+        let n = sock.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen
 }
 
 fn timeouts() -> Timeouts {
@@ -320,14 +325,7 @@ async fn tls_server(connections: usize) -> String {
             tokio::spawn(async move {
                 // An unverified client hangs up during the handshake: nothing to answer.
                 let Ok(mut tls) = acceptor.accept(sock).await else { return };
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut seen = Vec::new();
-                while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
-                    match tls.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
+                read_request(&mut tls).await;
                 let _ = tls.write_all(good_sse().as_bytes()).await;
                 let _ = tls.shutdown().await;
             });
@@ -467,15 +465,7 @@ async fn closing(closed: usize) -> String {
     tokio::spawn(async move {
         for n in 0.. {
             let Ok((mut sock, _)) = listener.accept().await else { return };
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut seen = Vec::new();
-            while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
-                let read = sock.read(&mut buf).await.unwrap_or(0);
-                if read == 0 {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..read]);
-            }
+            read_request(&mut sock).await;
             if n >= closed {
                 let _ = sock.write_all(good_sse().as_bytes()).await;
                 let _ = sock.shutdown().await;
