@@ -810,15 +810,9 @@ fn an_export_never_overwrites_a_file() {
     let tmp = tempfile::tempdir().unwrap();
     let run = ["--target", "openai=embedded", "--rounds", "1", "--concurrency", "1", "--max-tokens", "2"];
     let artifact = tmp.path().join("self.csv");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-        .current_dir(root())
-        .env("LAB_MODELS_DIR", tmp.path().join("models"))
-        .args(run)
-        .args(["--export", "csv", "--out", artifact.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && stderr.contains("exists; an export never overwrites a file"), "{stderr}");
+    let args: Vec<&str> = run.iter().copied().chain(["--export", "csv", "--out", artifact.to_str().unwrap()]).collect();
+    let (status, _, stderr) = bench_output(tmp.path(), &args);
+    assert!(!status.success() && stderr.contains("exists; an export never overwrites a file"), "{stderr}");
     assert_audits_ok(&artifact);
     // A file where an export goes stays as it was.
     std::fs::write(tmp.path().join("kept.csv"), "precious").unwrap();
@@ -1078,15 +1072,10 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--sweep", "4", "--duration", "5"], "arrivals.num_requests"),
     ];
     for (args, expected) in cases {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_serving-bench"))
-            .current_dir(root())
-            .env("LAB_MODELS_DIR", tmp.path().join("models"))
-            .args(args)
-            .args(["--model-name", "m", "--out", out.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{args:?} succeeded");
+        let all: Vec<&str> =
+            args.iter().copied().chain(["--model-name", "m", "--out", out.to_str().unwrap()]).collect();
+        let (status, _, err) = bench_output(tmp.path(), &all);
+        assert!(!status.success(), "{args:?} succeeded");
         assert!(err.lines().any(|l| l.starts_with("error:") && l.contains(expected)), "{args:?}: {err}");
         assert!(!out.exists(), "{args:?} wrote an artifact");
     }
