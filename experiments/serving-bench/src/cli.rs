@@ -154,6 +154,15 @@ pub fn seconds(s: &str) -> Result<f64, SecondsError> {
     }
 }
 
+/// A `--scrape-metrics` interval: seconds within [`serving::SCRAPE_INTERVAL_S`].
+fn scrape_interval(s: &str) -> Result<f64, String> {
+    let (low, high) = serving::SCRAPE_INTERVAL_S;
+    match s.parse::<f64>() {
+        Ok(v) if (low..=high).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from {low} to {high}")),
+    }
+}
+
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -319,8 +328,16 @@ pub struct BenchArgs {
     /// Scrape each target's Prometheus /metrics every SECONDS during every group (vLLM, SGLang,
     /// llama-server with --metrics, the embedded server): the artifact keeps the series, the
     /// summary gives the server's view (running, waiting, KV use, prefix hit rate, tokens per
-    /// step) [default when given without SECONDS: 1; without the flag: the manifest's].
-    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1", value_parser = seconds)]
+    /// step, /metrics answer time); SECONDS from 0.1 to 3600 [default when given without
+    /// SECONDS: 1; without the flag: the manifest's].
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        allow_negative_numbers = true,
+        value_parser = scrape_interval
+    )]
     pub scrape_metrics: Option<f64>,
 }
 
@@ -396,11 +413,17 @@ impl BenchArgs {
             // NAME=KIND=URL: a name of the user's for tables, charts and claims.
             let (name, kind, url) = match (Kind::parse(kind), url.split_once('=')) {
                 (Err(_), Some((k, u))) if Kind::parse(k).is_ok() => (Some(kind), k, u),
+                // NAME=KIND=URL with a NAME that is itself a kind.
+                (Ok(_), Some((k, _))) if Kind::parse(k).is_ok() => {
+                    return Err(format!(
+                        "--target {shown}: the name `{kind}` is a kind of API; give the target another name, e.g. llama-server={k}=URL"
+                    ))
+                }
                 _ => (None, kind, url),
             };
             if let Some(name) = name.filter(|n| !valid_name(n)) {
                 return Err(format!(
-                    "--target {shown}: the name `{name}` must be 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `-`"
+                    "--target {shown}: the name `{name}` must be 1 to 64 ASCII letters, digits, `.`, `_` or `-`, not starting with `-`"
                 ));
             }
             let kind = Kind::parse(kind).map_err(|e| format!("--target {shown}: {e}"))?;

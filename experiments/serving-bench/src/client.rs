@@ -504,7 +504,7 @@ async fn stream_into(
             tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
         return Err((
             ErrorClass::HttpStatus,
-            format!("HTTP {}: {}", status.as_u16(), text.chars().take(200).collect::<String>()),
+            format!("HTTP {}: {}", status.as_u16(), crate::serving::one_line(&text, 200)),
         ));
     }
     let mut sse = SseParser::default();
@@ -610,7 +610,7 @@ fn timeout_class(start: Instant, t: &Timeouts, had_token: bool, what: &str) -> (
 /// Whether the connection closed before any byte of an answer came (hyper's "incomplete
 /// message" while the request was being sent): the mark of a kept-alive connection the server
 /// had just closed.
-fn closed_before_an_answer(e: &reqwest::Error) -> bool {
+pub(crate) fn closed_before_an_answer(e: &reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         if cause.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {

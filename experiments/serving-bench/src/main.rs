@@ -253,11 +253,17 @@ async fn targets(
             }
             _ => unreachable!("an embedded target starts the embedded server"),
         };
-        if targets.iter().any(|t| t.name == target.name) {
+        if let Some(other) = targets.iter().find(|t| t.name == target.name) {
             let shown = args.target.get(i).map(|t| client::redacted(t)).unwrap_or_default();
             match given {
                 Some(name) => bail!("--target {shown}: the name `{name}` is another target's; give each its own"),
-                None => bail!("--target {shown}: measured twice; give each target once"),
+                None if other.base_url == target.base_url && other.kind == target.kind => {
+                    bail!("--target {shown}: measured twice; give each target once")
+                }
+                None => bail!(
+                    "--target {shown}: `{}`, the name it would get, is another target's; name it with NAME=KIND=URL",
+                    target.name
+                ),
             }
         }
         targets.push(target);
@@ -370,8 +376,8 @@ async fn run(plan: &Plan) -> Result<Measured> {
             None => None,
         }
     };
-    for target in targets {
-        bar.group(format!("{} warmup", target.name));
+    for target in targets.iter().filter(|_| params.warmups > 0) {
+        bar.group(format!("{} warm-up", target.name));
         for w in 0..params.warmups {
             let spec = spec_of(w, 1, 0, w);
             client::measure(http, target, &spec, timeouts, t0, None).await;

@@ -27,6 +27,8 @@ struct State {
     group: String,
     ok: usize,
     failed: usize,
+    /// Requests ended that are not measured (warm-ups).
+    unmeasured: usize,
     /// The TTFT of the group's latest successes.
     ttfts: VecDeque<f64>,
     /// The group's successes that ended in the last seconds: (end_s, output tokens).
@@ -47,23 +49,37 @@ impl Progress {
             .expect("a valid template")
             .progress_chars("=> "),
         );
-        Progress { bar, terminal: std::io::stderr().is_terminal(), state: Mutex::new(State::default()) }
+        let terminal = std::io::stderr().is_terminal();
+        if terminal {
+            // Drawn at once and ticking, so a slow first request (a long prompt's warm-up)
+            // still shows the run alive.
+            bar.enable_steady_tick(Duration::from_millis(500));
+        }
+        Progress { bar, terminal, state: Mutex::new(State::default()) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A group begins: its counts start again.
+    /// A group begins: its counts start again. Where stderr is no terminal this is always said,
+    /// at once: a group's first request may take long (a long prompt's warm-up).
     pub fn group(&self, name: String) {
         let mut s = self.state();
-        *s = State { group: name, last_line: s.last_line, ..State::default() };
-        self.bar.set_message(s.group.clone());
+        *s = State { group: name, last_line: None, ..State::default() };
+        let message = format!("{}: started", s.group);
+        self.bar.set_message(message.clone());
+        self.plain_line(&mut s, &message);
     }
 
     /// A request that is not measured (a warm-up) ended.
     pub fn unmeasured(&self) {
+        let mut s = self.state();
+        s.unmeasured += 1;
+        let message = format!("{}: {} done", s.group, s.unmeasured);
         self.bar.inc(1);
+        self.bar.set_message(message.clone());
+        self.plain_line(&mut s, &message);
     }
 
     /// A measured request ended.
@@ -86,18 +102,25 @@ impl Progress {
         let message = s.message();
         self.bar.inc(1);
         self.bar.set_message(message.clone());
-        if !self.terminal && s.last_line.is_none_or(|t| t.elapsed() >= LINE_EVERY) {
-            s.last_line = Some(Instant::now());
-            let elapsed = self.bar.elapsed().as_secs();
-            let len = self.bar.length().filter(|n| *n > 0).map_or(String::new(), |n| format!("/{n}"));
-            eprintln!(
-                "[{:02}:{:02}:{:02}] {}{len} requests; {message}",
-                elapsed / 3600,
-                elapsed / 60 % 60,
-                elapsed % 60,
-                self.bar.position()
-            );
+        self.plain_line(&mut s, &message);
+    }
+
+    /// Where stderr is no terminal, `message` as a plain line, at most one every few seconds
+    /// within a group (its start is written at once).
+    fn plain_line(&self, s: &mut State, message: &str) {
+        if self.terminal || s.last_line.is_some_and(|t| t.elapsed() < LINE_EVERY) {
+            return;
         }
+        s.last_line = Some(Instant::now());
+        let elapsed = self.bar.elapsed().as_secs();
+        let len = self.bar.length().filter(|n| *n > 0).map_or(String::new(), |n| format!("/{n}"));
+        eprintln!(
+            "[{:02}:{:02}:{:02}] {}{len} requests; {message}",
+            elapsed / 3600,
+            elapsed / 60 % 60,
+            elapsed % 60,
+            self.bar.position()
+        );
     }
 
     /// Runs `f` (which prints) with the bar out of the way.
@@ -130,5 +153,21 @@ impl State {
             m.push_str(&format!(", {rate:.0} out tok/s"));
         }
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_gives_counts_the_rolling_ttft_and_the_recent_output_rate() {
+        let mut s = State { group: "llama-server c4".into(), ok: 3, failed: 1, ..State::default() };
+        assert_eq!(s.message(), "llama-server c4: 3 ok, 1 failed");
+        s.ttfts.extend([0.2, 0.1, 0.3]);
+        s.group_start_s = Some(0.0);
+        // 40 tokens ended within the last 10 s of the group's 20 s; 100 before them.
+        s.ends.extend([(5.0, 100), (15.0, 10), (20.0, 30)]);
+        assert_eq!(s.message(), "llama-server c4: 3 ok, 1 failed, TTFT p50 200 ms, 4 out tok/s");
     }
 }

@@ -72,7 +72,7 @@ fn metrics_url(base: &str) -> String {
 struct Poller {
     http: reqwest::Client,
     urls: Vec<String>,
-    /// Replicas that answered 404: they have no `/metrics`.
+    /// Replicas that answered 404 or 501: they have no `/metrics`.
     gone: Vec<bool>,
     t0: Instant,
     interval: Duration,
@@ -86,46 +86,73 @@ impl Poller {
         let answers = futures_util::future::join_all(live.iter().map(|&i| self.scrape(&self.urls[i]))).await;
         live.into_iter()
             .zip(answers)
-            .map(|(replica, answer)| match answer {
-                Ok(values) => Scrape { t_s, replica, values, error: None },
-                Err((error, gone)) => {
-                    self.gone[replica] |= gone;
-                    Scrape { t_s, replica, values: BTreeMap::new(), error: Some(error) }
-                }
+            .map(|(replica, (scrape, absent))| {
+                self.gone[replica] |= absent;
+                Scrape { t_s, replica, ..scrape }
             })
             .collect()
     }
 
-    /// The kept series of one replica, or why there are none (and whether it has no
-    /// `/metrics` at all).
-    async fn scrape(&self, url: &str) -> Result<BTreeMap<String, f64>, (String, bool)> {
-        let failed = |e: String| (e, false);
+    /// One replica's scrape: the kept series and how long the answer took, or why there are
+    /// none; and whether the replica has no `/metrics` at all.
+    async fn scrape(&self, url: &str) -> (Scrape, bool) {
+        let mut scrape = Scrape::default();
+        let outcome = loop {
+            let sent = Instant::now();
+            match self.get(url).await {
+                // The server closed the kept-alive connection as the GET went out (as requests
+                // race llama-server's HTTP library): asked again once, on a fresh connection.
+                Err(Failure::Closed(_)) if !scrape.resent => scrape.resent = true,
+                outcome => break outcome.map(|values| (values, sent.elapsed().as_secs_f64())),
+            }
+        };
+        let absent = matches!(outcome, Err(Failure::Absent(_)));
+        match outcome {
+            Ok((values, answer_s)) => (scrape.values, scrape.answer_s) = (values, Some(answer_s)),
+            Err(failure) => scrape.error = Some(failure.to_string()),
+        }
+        (scrape, absent)
+    }
+
+    async fn get(&self, url: &str) -> Result<BTreeMap<String, f64>, Failure> {
         let shown = crate::client::redacted(url);
-        let mut response = self
-            .http
-            .get(url)
-            .timeout(deadline(self.interval))
-            .send()
-            .await
-            .map_err(|e| failed(format!("GET {shown}: {}", crate::client::describe(&e))))?;
+        let failed = |e: &reqwest::Error| match crate::client::closed_before_an_answer(e) {
+            true => Failure::Closed(format!("GET {shown}: {}", crate::client::describe(e))),
+            false => Failure::Other(format!("GET {shown}: {}", crate::client::describe(e))),
+        };
+        let mut response = self.http.get(url).timeout(deadline(self.interval)).send().await.map_err(|e| failed(&e))?;
         let status = response.status();
         if !status.is_success() {
+            let why = format!("GET {shown}: HTTP {}", status.as_u16());
             // 404, or 501 as llama-server answers without --metrics: there is nothing to scrape.
-            let absent = matches!(status, reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::NOT_IMPLEMENTED);
-            return Err((format!("GET {shown}: HTTP {}", status.as_u16()), absent));
+            return Err(match status {
+                reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::NOT_IMPLEMENTED => Failure::Absent(why),
+                _ => Failure::Other(why),
+            });
         }
         let mut body = Vec::new();
-        while let Some(chunk) =
-            response.chunk().await.map_err(|e| failed(format!("GET {shown}: {}", crate::client::describe(&e))))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| Failure::Other(failed(&e).to_string()))? {
             if body.len() + chunk.len() > MAX_BODY_BYTES {
-                return Err(failed(format!("GET {shown}: more than {MAX_BODY_BYTES} bytes")));
+                return Err(Failure::Other(format!("GET {shown}: more than {MAX_BODY_BYTES} bytes")));
             }
             body.extend_from_slice(&chunk);
         }
         let text = String::from_utf8_lossy(&body);
-        kept_series(&text).map_err(|e| failed(format!("GET {shown}: not a Prometheus exposition: {e}")))
+        kept_series(&text).map_err(|e| Failure::Other(format!("GET {shown}: not a Prometheus exposition: {e}")))
     }
+}
+
+/// Why a scrape gave nothing.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The replica has no `/metrics`: not asked again in the group.
+    #[error("{0}")]
+    Absent(String),
+    /// The connection closed before any answer.
+    #[error("{0}")]
+    Closed(String),
+    #[error("{0}")]
+    Other(String),
 }
 
 /// The series a known server names, each summed over its label sets (a histogram's as its
@@ -141,7 +168,7 @@ pub fn kept_series(exposition: &str) -> Result<BTreeMap<String, f64>, String> {
                 errors.first().map(|m| format!("line {}: {}", m.line_no.start + 1, m.error)).unwrap_or_default()
             }
         };
-        return Err(first.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect());
+        return Err(crate::serving::one_line(&first, 200));
     }
     let mut kept = BTreeMap::new();
     for metric in metrics {
@@ -178,7 +205,7 @@ mod tests {
         let first = kept_series(LLAMA_FIRST).unwrap();
         assert_eq!(first.get("llamacpp:prompt_tokens_total"), Some(&53.0));
         assert!(!first.contains_key("llamacpp:prompt_tokens_seconds"), "only the series a dialect names are kept");
-        let scrape = |t_s, text| Scrape { t_s, replica: 0, values: kept_series(text).unwrap(), error: None };
+        let scrape = |t_s, text| Scrape { t_s, values: kept_series(text).unwrap(), ..Scrape::default() };
         let series = ServerSeries {
             runtime: "llama-server".into(),
             load: "c1".into(),
@@ -212,13 +239,36 @@ mod tests {
     fn a_falling_counter_or_a_scrape_out_of_order_is_a_problem() {
         let at = |t_s, v: f64| Scrape {
             t_s,
-            replica: 0,
             values: [("serve_generation_tokens_total".to_string(), v)].into(),
-            error: None,
+            answer_s: Some(0.25),
+            ..Scrape::default()
         };
         let series = |scrapes| ServerSeries { runtime: "x".into(), load: "c1".into(), round: 0, scrapes };
-        assert_eq!(crate::serving::series_problem(&series(vec![at(0.0, 1.0), at(1.0, 2.0)])), None);
-        assert!(crate::serving::series_problem(&series(vec![at(0.0, 2.0), at(1.0, 1.0)])).unwrap().contains("fell"));
-        assert!(crate::serving::series_problem(&series(vec![at(1.0, 1.0), at(0.5, 2.0)])).unwrap().contains("before"));
+        let problem = |scrapes| crate::serving::series_problem(&series(scrapes));
+        assert_eq!(problem(vec![at(0.0, 1.0), at(1.0, 2.0)]), None);
+        assert!(problem(vec![at(0.0, 2.0), at(1.0, 1.0)]).unwrap().contains("fell"));
+        assert!(problem(vec![at(1.0, 1.0), at(0.5, 2.0)]).unwrap().contains("before"));
+        // Sent while the previous scrape (answered after 0.25 s) was still being answered.
+        assert!(problem(vec![at(1.0, 1.0), at(1.2, 2.0)]).unwrap().contains("answered"));
+        let failed = Scrape { t_s: 2.0, error: Some("GET: HTTP 500".into()), answer_s: Some(0.1), ..Scrape::default() };
+        assert!(problem(vec![at(1.0, 1.0), failed]).unwrap().contains("answer time"));
+        assert!(problem(vec![Scrape { answer_s: Some(-1.0), ..at(0.0, 1.0) }]).unwrap().contains("duration"));
+    }
+
+    #[test]
+    fn the_answer_times_of_good_scrapes_give_the_percentiles() {
+        let at = |t_s, ms: f64| Scrape {
+            t_s,
+            values: [("serve_num_requests_running".to_string(), 1.0)].into(),
+            answer_s: Some(ms / 1000.0),
+            ..Scrape::default()
+        };
+        let scrapes = (0..100).map(|i| at(i as f64, if i == 99 { 50.0 } else { 1.0 })).collect();
+        let series = ServerSeries { runtime: "x".into(), load: "c1".into(), round: 0, scrapes };
+        let row = crate::serving::server_columns(&[&series]);
+        assert_eq!(row["server_scrape_ms_p50"].as_f64(), Some(1.0));
+        assert_eq!(row["server_scrape_ms_max"].as_f64(), Some(50.0));
+        let p99 = row["server_scrape_ms_p99"].as_f64().unwrap();
+        assert!(p99 > 1.0 && p99 < 50.0, "interpolated between the 99th and 100th: {p99}");
     }
 }

@@ -9,19 +9,15 @@ use std::fmt::Write;
 /// The summary as a table: one line per target and load.
 pub fn summary(a: &ServingArtifact) -> String {
     let mut out = String::new();
-    let f = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
-        row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{:.1}", v * scale)).unwrap_or_else(|| "-".into())
-    };
-    let f2 = |row: &BTreeMap<String, serde_json::Value>, k: &str| {
-        row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{v:.2}"))
-    };
+    let f = |row: &Row, k: &str, scale: f64| num(row, k, scale, 1);
+    let w = runtime_width(a);
     let open = a.arguments.arrivals.is_some();
     // Send lateness, and in brackets the client's own part (without waits for a slot).
     let (group, late) = if open { ("rate", "late p99 (own)") } else { ("conc", "") };
     let slo = !a.arguments.slo.is_empty();
     let _ = writeln!(
         out,
-        "{:<18} {:>8} {:>5} {:>5} {:>9} {:>9} {:>9} {:>10} {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
+        "{:<w$} {:>8} {:>5} {:>5} {:>9} {:>9} {:>9} {:>10} {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
         "runtime",
         group,
         "ok",
@@ -50,7 +46,7 @@ pub fn summary(a: &ServingArtifact) -> String {
         let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
         let _ = writeln!(
             out,
-            "{:<18} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
+            "{:<w$} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
             row["runtime"].as_str().unwrap_or_default(),
             group,
             row["successes"].to_string(),
@@ -61,7 +57,7 @@ pub fn summary(a: &ServingArtifact) -> String {
             f(row, "total_s_p50", 1000.0),
             f(row, "decode_tps_mean", 1.0),
             f(row, "aggregate_output_tps_mean", 1.0),
-            f2(row, "request_throughput_rps"),
+            num(row, "request_throughput_rps", 1.0, 2),
             f(row, "output_throughput_tps", 1.0),
             f(row, "total_token_throughput_tps", 1.0),
             lateness,
@@ -73,7 +69,7 @@ pub fn summary(a: &ServingArtifact) -> String {
     for row in a.summary.iter().filter(|r| r.contains_key("ttft_s_first_turn_p50")) {
         let _ = writeln!(
             out,
-            "{:<18} {:>8} turns: ttft p50 first {}ms, later {}ms",
+            "{:<w$} {:>8} turns: ttft p50 first {}ms, later {}ms",
             row["runtime"].as_str().unwrap_or_default(),
             load_cell(row, open),
             f(row, "ttft_s_first_turn_p50", 1000.0),
@@ -85,27 +81,27 @@ pub fn summary(a: &ServingArtifact) -> String {
 }
 
 /// The servers' own view of each group, where their `/metrics` were scraped: requests running
-/// and waiting, KV cache use (mean / peak), prefix-cache hit rate, tokens per step, preemptions.
+/// and waiting, KV cache use (mean / peak), prefix-cache hit rate, tokens per step, preemptions,
+/// and how fast `/metrics` answered.
 fn server_view(a: &ServingArtifact) -> String {
     let rows: Vec<_> = a.summary.iter().filter(|r| r.contains_key("server_scrapes")).collect();
     if rows.is_empty() {
         return String::new();
     }
     let open = a.arguments.arrivals.is_some();
-    let pair = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64| {
-        let get = |s: &str| row.get(&format!("{k}_{s}")).and_then(|v| v.as_f64()).map(|v| v * scale);
-        match (get("mean"), get("max")) {
-            (Some(mean), Some(max)) => format!("{mean:.1}/{max:.0}"),
-            _ => "-".into(),
-        }
-    };
-    let one = |row: &BTreeMap<String, serde_json::Value>, k: &str, scale: f64, digits: usize| {
-        row.get(k).and_then(|v| v.as_f64()).map_or("-".into(), |v| format!("{:.*}", digits, v * scale))
+    let w = runtime_width(a);
+    // Mean/peak; requests are whole at their peak, a share of the cache is not.
+    let pair = |row: &Row, k: &str, scale: f64, peak_digits: usize| match (
+        num(row, &format!("{k}_mean"), scale, 1),
+        num(row, &format!("{k}_max"), scale, peak_digits),
+    ) {
+        (mean, max) if mean != "-" && max != "-" => format!("{mean}/{max}"),
+        _ => "-".into(),
     };
     let mut out = String::from("\nserver's view (/metrics; mean/peak):\n");
     let _ = writeln!(
         out,
-        "{:<18} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>8}",
+        "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>8} {:>10} {:>8} {:>8} {:>13}",
         "runtime",
         if open { "rate" } else { "conc" },
         "running",
@@ -114,7 +110,8 @@ fn server_view(a: &ServingArtifact) -> String {
         "prefix %",
         "tok/step",
         "preempt",
-        "scrapes"
+        "scrapes",
+        "scrape p99"
     );
     for row in rows {
         let scrapes = match row.get("server_scrape_errors").and_then(|v| v.as_u64()) {
@@ -123,16 +120,17 @@ fn server_view(a: &ServingArtifact) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<18} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>8}",
+            "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>8} {:>10} {:>8} {:>8} {:>11}ms",
             row["runtime"].as_str().unwrap_or_default(),
             load_cell(row, open),
-            pair(row, "server_running", 1.0),
-            pair(row, "server_waiting", 1.0),
-            pair(row, "server_kv_usage", 100.0),
-            one(row, "server_prefix_hit_rate", 100.0, 1),
-            one(row, "server_tokens_per_step", 1.0, 1),
-            one(row, "server_preemptions", 1.0, 0),
+            pair(row, "server_running", 1.0, 0),
+            pair(row, "server_waiting", 1.0, 0),
+            pair(row, "server_kv_usage", 100.0, 1),
+            num(row, "server_prefix_hit_rate", 100.0, 1),
+            num(row, "server_tokens_per_step", 1.0, 1),
+            num(row, "server_preemptions", 1.0, 0),
             scrapes,
+            num(row, "server_scrape_ms_p99", 1.0, 2),
         );
     }
     // A target whose every scrape failed, once, with the first reason.
@@ -150,9 +148,21 @@ fn server_view(a: &ServingArtifact) -> String {
     out
 }
 
+type Row = BTreeMap<String, serde_json::Value>;
+
+/// A summary column's number scaled and printed with `digits` decimals; `-` where the row has none.
+fn num(row: &Row, k: &str, scale: f64, digits: usize) -> String {
+    row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{:.*}", digits, v * scale))
+}
+
+/// The runtime column's width: its longest name (a name is never cut, and columns stay aligned).
+fn runtime_width(a: &ServingArtifact) -> usize {
+    a.summary.iter().filter_map(|r| r.get("runtime")?.as_str()).map(|n| n.chars().count()).fold(18, usize::max)
+}
+
 /// A summary row's load as the tables show it: the closed rounds' concurrency, else the open
 /// loop's rate (`sync`: one at a time; `inf`: as fast as the cap allows).
-fn load_cell(row: &BTreeMap<String, serde_json::Value>, open: bool) -> String {
+fn load_cell(row: &Row, open: bool) -> String {
     match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
         (false, _) => row["concurrency"].to_string(),
         (true, Some(rate)) => format!("{rate:.2}"),
@@ -236,11 +246,8 @@ pub fn comparison(a: &ServingArtifact) -> String {
 /// report compare the rest.
 fn open_comparison(a: &ServingArtifact) -> String {
     let Some(first) = a.runtimes.first().filter(|_| a.runtimes.len() > 1) else { return String::new() };
-    let load =
-        |row: &BTreeMap<String, serde_json::Value>| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
-    let runtime = |row: &BTreeMap<String, serde_json::Value>| {
-        row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string()
-    };
+    let load = |row: &Row| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
+    let runtime = |row: &Row| row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     let mut columns =
         vec![("ttft_s_p99", "TTFT p99"), ("total_s_p50", "total p50"), ("aggregate_output_tps_mean", "output tok/s")];
     if !a.arguments.slo.is_empty() {
@@ -252,7 +259,7 @@ fn open_comparison(a: &ServingArtifact) -> String {
         let ratios: Vec<String> = columns
             .iter()
             .map(|(key, name)| {
-                let value = |r: &BTreeMap<String, serde_json::Value>| r.get(*key).and_then(serde_json::Value::as_f64);
+                let value = |r: &Row| r.get(*key).and_then(serde_json::Value::as_f64);
                 match (value(row), value(base)) {
                     (Some(x), Some(b)) if b > 0.0 => format!("{name} {:.2}x", x / b),
                     _ => format!("{name} -"),

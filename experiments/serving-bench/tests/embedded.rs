@@ -64,11 +64,13 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     // Its log, written to a pipe, is plain text: no colour codes.
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("INFO") && !stderr.contains('\x1b'), "{stderr}");
-    // Not a terminal: progress comes as plain lines, the first when the first request ends.
-    assert!(
-        stderr.contains("/102 requests; embedded-openai concurrency 1 round 1: 1 ok, 0 failed, TTFT p50 "),
-        "{stderr}"
-    );
+    // Not a terminal: progress comes as plain lines, each group's start at once (the warm-ups'
+    // first), its counts every few seconds.
+    for started in
+        ["0/102 requests; embedded-openai warm-up: started", "embedded-ollama concurrency 4 round 10: started"]
+    {
+        assert!(stderr.lines().any(|l| l.ends_with(started)), "{started}: {stderr}");
+    }
 
     // The audit accepts it, and names a summary number edited by hand even when resealed.
     assert_audits_ok(&out);
@@ -428,7 +430,7 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let (child, line) = serve(&tmp.path().join("models"), &[]);
     let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
     // Named by the user, and its /metrics scraped with the same credentials.
-    let target = format!("local-server=openai={}", url.replace("http://", "http://alice:s3cret@"));
+    let target = format!("local-server-with-a-long-name=openai={}", url.replace("http://", "http://alice:s3cret@"));
     let run = bench_run(
         tmp.path(),
         "bench",
@@ -443,12 +445,21 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
     assert!(a.requests.len() == 1 && a.requests[0].ok(), "{:?}", a.requests);
     assert!(a.runtimes[0].base_url.starts_with("http://<redacted>@127.0.0.1:"), "{:?}", a.runtimes);
-    assert_eq!((a.runtimes[0].name.as_str(), a.summary[0]["runtime"].as_str()), ("local-server", Some("local-server")));
+    let name = "local-server-with-a-long-name";
+    assert_eq!((a.runtimes[0].name.as_str(), a.summary[0]["runtime"].as_str()), (name, Some(name)));
     assert!(
-        a.server_metrics[0].scrapes.iter().all(|s| s.error.is_none() && !s.values.is_empty()),
+        a.server_metrics[0].scrapes.iter().all(|s| s.error.is_none() && !s.values.is_empty() && s.answer_s.is_some()),
         "{:?}",
         a.server_metrics
     );
+    assert!(a.summary[0]["server_scrape_ms_p99"].as_f64().is_some_and(|ms| ms > 0.0), "{:?}", a.summary[0]);
+    // Both printed tables keep their columns aligned under a name longer than the default width.
+    let printed = serving_bench::table::summary(&a);
+    for table in printed.split("\n\n") {
+        let lines: Vec<&str> = table.lines().filter(|l| l.starts_with("runtime") || l.starts_with(name)).collect();
+        assert!(lines.len() >= 2, "{printed}");
+        assert!(lines.iter().all(|l| l.chars().count() == lines[0].chars().count()), "{printed}");
+    }
     // The audit re-reads the redacted command line and finds it consistent.
     assert_audits_ok(&out);
 }
@@ -1015,7 +1026,7 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 39] = [
+    let cases: [(&[&str], &str); 43] = [
         (
             &["--request-rate", "1e-300", "--num-requests", "2"],
             "arrivals.rates: 1e-300 requests/s: 2 requests take about",
@@ -1029,14 +1040,24 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         (&["--target", "vllm"], "write KIND=URL"),
         (&["--target", "grpc=http://127.0.0.1:1"], "unknown target kind `grpc`"),
         (&["--target", "openai=ftp://127.0.0.1:1"], "must start with http:// or https://"),
-        (&["--target=-x=openai=http://127.0.0.1:1"], "the name `-x` must be 1 to 64 letters"),
+        (&["--target=-x=openai=http://127.0.0.1:1"], "the name `-x` must be 1 to 64 ASCII letters"),
+        (
+            &["--target", "openai=openai=http://127.0.0.1:1"],
+            "the name `openai` is a kind of API; give the target another",
+        ),
         (&["--target", "a b=openai=http://127.0.0.1:1"], "the name `a b` must be"),
+        (
+            &["--target=openai-2=openai=http://127.0.0.1:1", "--target=openai=http://127.0.0.1:2"],
+            "--target openai=http://127.0.0.1:2: `openai-2`, the name it would get, is another target's",
+        ),
         (&["--target", "mine=openai=embedded"], "the embedded server is named embedded-openai; leave out NAME="),
         (&["--target", "mine=openai=http://127.0.0.1:1@pool"], "a replica's target is named by its group `pool`"),
         (
             &["--scrape-metrics", "0.01"],
-            "--scrape-metrics: scrape_metrics_s: 0.01; must be a number of seconds from 0.1",
+            "--scrape-metrics [<SECONDS>]': `0.01` is not a number of seconds from 0.1 to 3600",
         ),
+        (&["--scrape-metrics", "-1"], "`-1` is not a number of seconds from 0.1 to 3600"),
+        (&["--scrape-metrics", "7200"], "`7200` is not a number of seconds"),
         (&["--header", "no-colon-here"], "--header no-colon-here: write NAME:VALUE"),
         (&["--api-key-env", "SERVING_BENCH_SURELY_UNSET"], "the variable is not set"),
         (&["--input-tokens", "gauss:3"], "`gauss:3` is not a length distribution"),

@@ -75,11 +75,13 @@ async fn scripted_seeing(script: Vec<Step>) -> (String, tokio::sync::oneshot::Re
 }
 
 /// Reads a request: until the end of the headers and the JSON body (its closing brace at the
-/// end), or until the client stops sending.
+/// end; a GET has none), or until the client stops sending.
 async fn read_request(sock: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut seen = Vec::new();
-    while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"}")) {
+    let complete =
+        |seen: &[u8]| seen.windows(4).any(|w| w == b"\r\n\r\n") && (seen.starts_with(b"GET ") || seen.ends_with(b"}"));
+    while !complete(&seen) {
         let n = sock.read(&mut buf).await.unwrap_or(0);
         if n == 0 {
             break;
@@ -458,8 +460,8 @@ fn scripted_runtime(kind: Kind) -> Runtime {
 
 /// Fault injector: closes the first `closed` connections as soon as their request is read (what
 /// the client sees when a server closes a kept-alive connection as the request goes out), then
-/// answers the next one with a good stream.
-async fn closing(closed: usize) -> String {
+/// answers every later one with `answer`.
+async fn closing_then(closed: usize, answer: String) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -467,14 +469,18 @@ async fn closing(closed: usize) -> String {
             let Ok((mut sock, _)) = listener.accept().await else { return };
             read_request(&mut sock).await;
             if n >= closed {
-                let _ = sock.write_all(good_sse().as_bytes()).await;
+                let _ = sock.write_all(answer.as_bytes()).await;
                 let _ = sock.shutdown().await;
-                return;
             }
             drop(sock);
         }
     });
     format!("http://{addr}")
+}
+
+/// [`closing_then`] answering a good stream.
+async fn closing(closed: usize) -> String {
+    closing_then(closed, good_sse()).await
 }
 
 /// A connection closed before any answer is sent again once, on a fresh connection, and the
@@ -490,4 +496,34 @@ async fn a_connection_closed_before_any_answer_is_resent_once() {
     // A clean first send is not marked.
     let r = run(Kind::OpenAi, closing(0).await, timeouts()).await;
     assert!(r.ok() && !r.resent, "{r:?}");
+}
+
+/// A `/metrics` GET whose connection closed before any answer is sent again once, and the scrape
+/// says so and times the answered sending; closed twice, the scrape is an error without values.
+#[tokio::test]
+async fn a_scrape_closed_before_any_answer_is_resent_once() {
+    use serving_bench::scrape::Scraper;
+    let exposition = "# TYPE serve_num_requests_running gauge\nserve_num_requests_running 2\n";
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{exposition}",
+        exposition.len()
+    );
+    let http = http_client(&timeouts(), Default::default(), false);
+    let scrapes = |closed: usize| {
+        let (http, answer) = (http.clone(), answer.clone());
+        async move {
+            let (runtime, _) = target(Kind::OpenAi, closing_then(closed, answer).await, Default::default());
+            let scraper = Scraper::start(&http, &runtime, Duration::from_secs(3600), Instant::now()).await;
+            scraper.finish(&runtime.name, "c1".into(), 0).await.scrapes
+        }
+    };
+    // The first scrape's connection is closed once; the last one is answered at once.
+    let [first, last] = &scrapes(1).await[..] else { panic!("two scrapes: before and after the group") };
+    assert!(first.resent && first.error.is_none(), "{first:?}");
+    assert_eq!(first.values.get("serve_num_requests_running"), Some(&2.0));
+    assert!(first.answer_s.is_some_and(|a| a >= 0.0) && !last.resent && last.answer_s.is_some(), "{last:?}");
+    // Closed twice: the first scrape fails, with no answer time.
+    let series = scrapes(2).await;
+    assert!(series[0].resent && series[0].error.is_some() && series[0].answer_s.is_none(), "{:?}", series[0]);
+    assert!(series[1].error.is_none() && !series[1].resent, "{:?}", series[1]);
 }

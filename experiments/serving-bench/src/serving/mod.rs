@@ -21,8 +21,8 @@ mod server;
 mod summary;
 
 pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
-pub(crate) use params::MAX_TIMEOUT_S;
 pub use params::{Arrivals, Endpoint, Metric, Parameters, MAX_COUNT, MAX_RATE, MAX_SWEEP, SLO_METRICS};
+pub(crate) use params::{MAX_TIMEOUT_S, SCRAPE_INTERVAL_S};
 pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
 #[cfg(test)]
 pub(crate) use server::columns as server_columns;
@@ -32,3 +32,9 @@ pub use summary::{
     aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
     summarize_artifact, unsent_turns_notes, usage_contradiction, Group,
 };
+
+/// `text` (a server's error page, a parser's complaint) on one line of at most `max_chars`: a
+/// record's error and the notes that quote it stay one line each.
+pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(max_chars).collect()
+}

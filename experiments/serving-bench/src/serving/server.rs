@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 /// One scrape of one replica of a target, at `t_s` on the client's clock (seconds since the run
 /// began, as the requests' `start_s`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Scrape {
     pub t_s: f64,
@@ -27,6 +27,14 @@ pub struct Scrape {
     /// Why the scrape gave nothing; `values` is then empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Seconds from sending the GET to the exposition's last byte, on a good scrape: how fast
+    /// the server answers `/metrics` while it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_s: Option<f64>,
+    /// Whether the GET was sent again, once, on a fresh connection: the server had closed the
+    /// kept-alive one as it went out. `answer_s` times the second sending.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resent: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -171,7 +179,8 @@ fn value(values: &BTreeMap<String, f64>, alternatives: &[&[&str]]) -> Option<f64
 
 /// The server-side columns of one group's summary row, from its series (every round's), where
 /// the target exposed them:
-/// - `server_scrapes`, `server_scrape_errors`;
+/// - `server_scrapes`, `server_scrape_errors`; `server_scrape_ms_p50`/`_p99`/`_max`: how long
+///   the good scrapes took to answer;
 /// - `server_running_mean`/`_max` and `server_waiting_mean`/`_max`: the requests a scrape saw,
 ///   summed over replicas scraped at one moment, then over the scrapes;
 /// - `server_kv_usage_mean`/`_max`: the KV cache's share in use, replicas averaged;
@@ -187,6 +196,13 @@ pub fn columns(series: &[&ServerSeries]) -> BTreeMap<String, serde_json::Value> 
     let good = scrapes().filter(|s| s.error.is_none()).count();
     row.insert("server_scrapes".into(), serde_json::json!(good));
     row.insert("server_scrape_errors".into(), serde_json::json!(scrapes().count() - good));
+    let mut answers: Vec<f64> = scrapes().filter_map(|s| s.answer_s).map(|s| s * 1000.0).collect();
+    answers.sort_by(f64::total_cmp);
+    for (name, p) in [("p50", 50.0), ("p99", 99.0), ("max", 100.0)] {
+        if let Some(ms) = common::stats::percentile_sorted(&answers, p) {
+            row.insert(format!("server_scrape_ms_{name}"), serde_json::json!(ms));
+        }
+    }
     let Some(dialect) = dialect_of(series) else { return row };
     row.insert("server_dialect".into(), serde_json::json!(dialect.server));
 
@@ -281,6 +297,9 @@ pub fn dialect_of(series: &[&ServerSeries]) -> Option<&'static Dialect> {
     series.iter().flat_map(|s| s.scrapes.iter()).find_map(|s| Dialect::of(&s.values))
 }
 
+/// Rounding between a scrape's two clock readings.
+const CLOCK_SLACK_S: f64 = 1e-6;
+
 /// Where a series breaks what scraping guarantees: scrapes out of time order (per replica), a
 /// value that is not a finite number, a series no dialect keeps, or a counter that fell between
 /// two scrapes of one replica. `None` when it holds.
@@ -290,8 +309,11 @@ pub fn series_problem(s: &ServerSeries) -> Option<String> {
         if !(scrape.t_s.is_finite() && scrape.t_s >= 0.0) {
             return Some(format!("scrape {i}: t_s {} is not a time on the client's clock", scrape.t_s));
         }
-        if scrape.error.is_some() && !scrape.values.is_empty() {
-            return Some(format!("scrape {i}: failed yet holds values"));
+        if scrape.error.is_some() && (!scrape.values.is_empty() || scrape.answer_s.is_some()) {
+            return Some(format!("scrape {i}: failed yet holds values or an answer time"));
+        }
+        if let Some(a) = scrape.answer_s.filter(|a| !(a.is_finite() && *a >= 0.0)) {
+            return Some(format!("scrape {i}: answer_s {a} is not a duration"));
         }
         if let Some((name, v)) = scrape.values.iter().find(|(n, v)| !kept(n) || !v.is_finite()) {
             return Some(format!("scrape {i}: {name} = {v} is not a series the client keeps, as a finite number"));
@@ -300,10 +322,12 @@ pub fn series_problem(s: &ServerSeries) -> Option<String> {
             continue;
         }
         if let Some(previous) = last.insert(scrape.replica, scrape) {
-            if scrape.t_s < previous.t_s {
+            // Scrapes are taken one after another: the next is sent after the last answered.
+            let answered = previous.t_s + previous.answer_s.unwrap_or(0.0);
+            if scrape.t_s < answered - CLOCK_SLACK_S {
                 return Some(format!(
-                    "scrape {i}: t_s {} comes before the replica's previous {}",
-                    scrape.t_s, previous.t_s
+                    "scrape {i}: t_s {} comes before the replica's previous one was answered ({answered})",
+                    scrape.t_s
                 ));
             }
             for (name, v) in scrape.values.iter().filter(|(n, _)| is_counter(n)) {

@@ -203,7 +203,7 @@ pub fn failed_groups(records: &[RequestRecord]) -> Vec<String> {
         .map(|g| {
             let first = g.records[0];
             let class = first.error.map(ErrorClass::name).unwrap_or_default();
-            let detail = first.error_detail.as_deref().unwrap_or_default().chars().take(160).collect::<String>();
+            let detail = super::one_line(first.error_detail.as_deref().unwrap_or_default(), 160);
             format!("{} {} ({} requests; the first: {class}: {detail})", g.runtime, g.load, g.records.len())
         })
         .collect()
