@@ -8,8 +8,8 @@
 # the generated qwen2.5-0.5b checkpoint twice: as a user starts it (its defaults: parallel slots,
 # continuous batching, its prompt cache on), and with its prompt cache off (4 slots), which
 # isolates what reuse does; both expose /metrics (`--metrics`, which changes nothing else), and
-# every run but the last scrapes each server's once a second, so the artifacts hold what the
-# servers were doing. The embedded server runs at its defaults (prefix reuse on). Without a
+# every run scrapes each server's once a second (the client-schedule run every half second, and
+# again unscraped), so the artifacts hold what the servers were doing. The embedded server runs at its defaults (prefix reuse on). Without a
 # compiler or registry access llama-server's side is skipped, with the reason, and the embedded
 # server is still measured.
 set -euo pipefail
@@ -94,14 +94,18 @@ mkdir -p artifacts/bench
   --request-rate 0.25,0.5,1,2 --num-requests 16 --warmup-requests 2 --max-tokens 64 --slo ttft_ms=2000 \
   --out "artifacts/bench/serving-sweep-$(date -u +%Y%m%dT%H%M%SZ).json"
 
-# The client holding its schedule: 500 requests/s (Poisson) against the embedded server on the
-# tiny checkpoint, in its own process with room for 256 streams; the artifact's
-# send_lateness_s_p99 is the client's lateness at that rate. The prompts are vLLM's random kind:
-# 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The seed's prompts
-# through the chat template are about 89 tokens each, over 40,000 prefill tokens a second at
-# this rate, more than the server sustains on the two cores it shares with the client: its 256
-# slots then fill, requests wait for one, and send lateness measures the server's backlog rather
-# than the client (the client prints a note when that happens; client_lateness_s keeps its own part).
+# The client holding its schedule: 500 requests/s (Poisson) on the tiny checkpoint, against the
+# embedded server (in its own process with room for 256 streams) and llama-server at its
+# defaults on tiny's F32 GGUF, with each server's /metrics scraped every half second; then the
+# same run unscraped, so the two artifacts side by side say whether scraping moves the pacer.
+# The artifact's send_lateness_s_p99 is the client's lateness at that rate, and its
+# server_scrape_ms_p99 how fast each /metrics answered while serving. The prompts are vLLM's
+# random kind: 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The
+# seed's prompts through the chat template are about 89 tokens each, over 40,000 prefill tokens
+# a second at this rate, more than the server sustains on the two cores it shares with the
+# client. A server that falls behind (llama-server's four slots here) fills the client's 256
+# slots, requests wait for one, and send lateness measures the server's backlog rather than the
+# client (the client prints a note when that happens; client_lateness_s keeps its own part).
 cleanup
 ./target/release/models generate tiny
 ./target/release/serving-bench serve --manifest manifests/serving-bench/tiny.json --port 0 \
@@ -109,7 +113,20 @@ cleanup
 server_pids+=($!)
 for _ in $(seq 100); do grep -q 'http://' target/bench/embedded-serve.log && break; sleep 0.2; done
 url=$(grep -o 'http://[0-9.:]*' target/bench/embedded-serve.log | head -1)
-./target/release/serving-bench --target "openai=$url" --request-rate 500 --max-concurrency 256 \
-  --num-requests 3000 --warmup-requests 100 --max-tokens 8 \
-  --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
-  --out "artifacts/bench/client-schedule-$(date -u +%Y%m%dT%H%M%SZ).json"
+schedule_targets=(--target "embedded-serve=openai=$url")
+if [ -n "${gguf:-}" ]; then
+  gguf=target/bench/tiny-f32.gguf
+  if [ ! -f "$gguf" ]; then
+    ./target/release/models export-gguf tiny --type f32 --out "$gguf"
+  fi
+  if start_llama_server --threads "$(nproc)"; then
+    schedule_targets=(--target "llama-server=openai=$started" "${schedule_targets[@]}")
+  fi
+fi
+for scrape in "--scrape-metrics 0.5" ""; do
+  # shellcheck disable=SC2086 # the flag and its value, or nothing
+  ./target/release/serving-bench "${schedule_targets[@]}" $scrape --request-rate 500 --max-concurrency 256 \
+    --num-requests 3000 --warmup-requests 100 --max-tokens 8 \
+    --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
+    --out "artifacts/bench/client-schedule${scrape:+-scraped}-$(date -u +%Y%m%dT%H%M%SZ).json"
+done

@@ -238,15 +238,47 @@ pub fn recorded_header(spec: &str, recorded: &[String]) -> String {
 
 /// The client every request of a run goes through: `headers` on every request (metadata and
 /// discovery included), TLS against the system's roots unless `insecure`.
-pub fn http_client(timeouts: &Timeouts, headers: reqwest::header::HeaderMap, insecure: bool) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(timeouts.connect)
-        .pool_max_idle_per_host(1024)
-        .default_headers(headers)
-        .danger_accept_invalid_certs(insecure)
-        .build()
-        // Only a TLS backend that cannot start fails here, and ours is compiled in.
-        .expect("an HTTP client with rustls builds")
+pub fn http_client(timeouts: &Timeouts, headers: reqwest::header::HeaderMap, insecure: bool) -> Http {
+    let builder = || {
+        reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .default_headers(headers.clone())
+            .danger_accept_invalid_certs(insecure)
+    };
+    // Only a TLS backend that cannot start fails to build, and ours is compiled in.
+    let built = "an HTTP client with rustls builds";
+    Http {
+        pooled: builder().pool_max_idle_per_host(1024).build().expect(built),
+        fresh: builder().pool_max_idle_per_host(0).build().expect(built),
+    }
+}
+
+/// A run's HTTP client: kept-alive connections, as every client of a server uses them, and
+/// beside them one that never reuses a connection, for what is sent again after a server closed
+/// a kept-alive connection under it (another idle connection of the pool may be closing too).
+#[derive(Clone)]
+pub struct Http {
+    pooled: reqwest::Client,
+    fresh: reqwest::Client,
+}
+
+impl Http {
+    /// The client for a sending: kept-alive connections for the first, a new connection for
+    /// one sent again.
+    pub fn sending(&self, again: bool) -> &reqwest::Client {
+        if again {
+            &self.fresh
+        } else {
+            &self.pooled
+        }
+    }
+}
+
+impl std::ops::Deref for Http {
+    type Target = reqwest::Client;
+    fn deref(&self) -> &reqwest::Client {
+        &self.pooled
+    }
 }
 
 fn url(base: &str, path: &str) -> String {
@@ -255,12 +287,7 @@ fn url(base: &str, path: &str) -> String {
 
 /// The model a server serves when none was named: the first it lists (the call bounded by the
 /// run's `--timeout`).
-pub async fn discover_model(
-    client: &reqwest::Client,
-    kind: Kind,
-    base: &str,
-    timeouts: &Timeouts,
-) -> Result<String, FetchError> {
+pub async fn discover_model(client: &Http, kind: Kind, base: &str, timeouts: &Timeouts) -> Result<String, FetchError> {
     let (path, pointer) = match kind {
         Kind::OpenAi => ("/v1/models", "/data/0/id"),
         Kind::Ollama => ("/api/tags", "/models/0/name"),
@@ -290,11 +317,7 @@ async fn fetch_json(request: reqwest::RequestBuilder, url: &str, limit: Duration
 /// reason when a server does not say). The calls run side by side, each within `--timeout`. A
 /// target that answers none of them (nothing listens, or it accepts and stays silent) is an
 /// error: measuring it would only time out, request after request.
-pub async fn metadata(
-    client: &reqwest::Client,
-    target: &Runtime,
-    timeouts: &Timeouts,
-) -> Result<(Value, Value), FetchError> {
+pub async fn metadata(client: &Http, target: &Runtime, timeouts: &Timeouts) -> Result<(Value, Value), FetchError> {
     let limit = timeouts.total;
     let get = |path: &str| {
         let url = url(&target.base_url, path);
@@ -367,7 +390,7 @@ fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
 /// Sends one streaming request and records it. `t0` is the run's clock origin; `scheduled`, when
 /// the load's schedule wanted it sent (`None`: now), from which its latencies count.
 pub async fn measure(
-    client: &reqwest::Client,
+    client: &Http,
     target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
@@ -382,7 +405,7 @@ pub async fn measure(
 /// user's client sends it). Each turn is a record, numbered in `turn`; a failed turn ends the
 /// conversation, as there is no reply to continue from.
 pub async fn converse(
-    client: &reqwest::Client,
+    client: &Http,
     target: &Runtime,
     spec: &Spec<'_>,
     follow_ups: &[String],
@@ -414,7 +437,7 @@ pub async fn converse(
 
 /// [`measure`], and the text the server generated.
 async fn measure_reply(
-    client: &reqwest::Client,
+    client: &Http,
     target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
@@ -470,7 +493,7 @@ async fn measure_reply(
 
 #[allow(clippy::too_many_arguments)] // one request's whole context, at its one caller
 async fn stream_into(
-    client: &reqwest::Client,
+    client: &Http,
     target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
@@ -485,12 +508,13 @@ async fn stream_into(
     let (endpoint, body) = request_body(target, spec);
     rec.sent_s = Some(secs(Instant::now()));
     let response = loop {
-        let send = client.post(&endpoint).json(&body).send();
+        let send = client.sending(rec.resent).post(&endpoint).json(&body).send();
         match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
             Err(_) => return Err(timeout_class(start, timeouts, false, "no response headers")),
             // The server closed the kept-alive connection as the request went out (a server
             // that caps a connection's requests, as llama-server's HTTP library does, races the
-            // client's reuse): nothing was answered, so it is sent again, once, and recorded.
+            // client's reuse): nothing was answered, so it is sent again, once, on a new
+            // connection, and recorded.
             Ok(Err(e)) if !rec.resent && closed_before_an_answer(&e) => rec.resent = true,
             Ok(Err(e)) if e.is_connect() => return Err((ErrorClass::Connect, describe(&e))),
             Ok(Err(e)) => return Err((ErrorClass::TruncatedStream, format!("before a response: {}", describe(&e)))),

@@ -108,7 +108,7 @@ pub struct GroupRun {
 /// `items`. Fails before sending anything when its schedule cannot be kept ([`offsets`]).
 #[allow(clippy::too_many_arguments)] // one group's whole description, named at the one caller
 pub async fn run_group(
-    http: &reqwest::Client,
+    http: &crate::client::Http,
     target: &Runtime,
     options: RequestOptions,
     arrivals: &Arrivals,

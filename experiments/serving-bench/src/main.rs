@@ -119,7 +119,7 @@ struct Plan {
     t0: Instant,
     prepared: Prepared<ServingBench, Option<Model>>,
     timeouts: Timeouts,
-    http: reqwest::Client,
+    http: client::Http,
     options: RequestOptions,
     sent_headers: Vec<String>,
     embedded: Option<serve::Running>,
@@ -209,7 +209,7 @@ async fn targets(
     specs: &[TargetSpec],
     embedded: Option<&serve::Running>,
     model: Option<&Model>,
-    http: &reqwest::Client,
+    http: &client::Http,
     timeouts: &Timeouts,
 ) -> Result<Vec<Runtime>> {
     let external = specs.iter().filter(|t| t.url.is_some() && t.group.is_none()).count();

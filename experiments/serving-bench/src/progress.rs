@@ -76,7 +76,7 @@ impl Progress {
     pub fn unmeasured(&self) {
         let mut s = self.state();
         s.unmeasured += 1;
-        let message = format!("{}: {} done", s.group, s.unmeasured);
+        let message = format!("{}: {} warm-up done", s.group, s.unmeasured);
         self.bar.inc(1);
         self.bar.set_message(message.clone());
         self.plain_line(&mut s, &message);

@@ -29,7 +29,7 @@ pub struct Scraper {
 
 impl Scraper {
     /// Scrapes every replica of `target` once, then every `interval` in the background.
-    pub async fn start(http: &reqwest::Client, target: &Runtime, interval: Duration, t0: Instant) -> Scraper {
+    pub async fn start(http: &crate::client::Http, target: &Runtime, interval: Duration, t0: Instant) -> Scraper {
         let urls: Vec<String> = if target.replicas.is_empty() {
             vec![metrics_url(&target.base_url)]
         } else {
@@ -70,7 +70,7 @@ fn metrics_url(base: &str) -> String {
 }
 
 struct Poller {
-    http: reqwest::Client,
+    http: crate::client::Http,
     urls: Vec<String>,
     /// Replicas that answered 404 or 501: they have no `/metrics`.
     gone: Vec<bool>,
@@ -99,9 +99,9 @@ impl Poller {
         let mut scrape = Scrape::default();
         let outcome = loop {
             let sent = Instant::now();
-            match self.get(url).await {
+            match self.get(url, scrape.resent).await {
                 // The server closed the kept-alive connection as the GET went out (as requests
-                // race llama-server's HTTP library): asked again once, on a fresh connection.
+                // race llama-server's HTTP library): asked again once, on a new connection.
                 Err(Failure::Closed(_)) if !scrape.resent => scrape.resent = true,
                 outcome => break outcome.map(|values| (values, sent.elapsed().as_secs_f64())),
             }
@@ -114,13 +114,14 @@ impl Poller {
         (scrape, absent)
     }
 
-    async fn get(&self, url: &str) -> Result<BTreeMap<String, f64>, Failure> {
+    async fn get(&self, url: &str, again: bool) -> Result<BTreeMap<String, f64>, Failure> {
         let shown = crate::client::redacted(url);
         let failed = |e: &reqwest::Error| match crate::client::closed_before_an_answer(e) {
             true => Failure::Closed(format!("GET {shown}: {}", crate::client::describe(e))),
             false => Failure::Other(format!("GET {shown}: {}", crate::client::describe(e))),
         };
-        let mut response = self.http.get(url).timeout(deadline(self.interval)).send().await.map_err(|e| failed(&e))?;
+        let mut response =
+            self.http.sending(again).get(url).timeout(deadline(self.interval)).send().await.map_err(|e| failed(&e))?;
         let status = response.status();
         if !status.is_success() {
             let why = format!("GET {shown}: HTTP {}", status.as_u16());

@@ -108,13 +108,13 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
 type Target = (Runtime, RequestOptions);
 
 /// One request for "hi" (at most 3 tokens) to `target` through `http`.
-async fn run_with(http: &reqwest::Client, target: Target, t: Timeouts) -> RequestRecord {
+async fn run_with(http: &serving_bench::client::Http, target: Target, t: Timeouts) -> RequestRecord {
     run_capped(http, target, t, 3).await
 }
 
 /// One request for "hi" with a cap of `max_tokens` to `target` through `http`.
 async fn run_capped(
-    http: &reqwest::Client,
+    http: &serving_bench::client::Http,
     (target, options): Target,
     t: Timeouts,
     max_tokens: usize,
