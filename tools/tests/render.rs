@@ -90,8 +90,15 @@ fn png_size(path: &Path) -> (u32, u32) {
 }
 
 fn render_all(inputs: &[PathBuf], out: &Path) -> String {
+    render_with(inputs, out, &Default::default())
+}
+
+fn render_with(inputs: &[PathBuf], out: &Path, options: &common::experiment::ReportOptions) -> String {
     report::init_font().unwrap();
-    inputs.iter().map(|p| report::section(&report::load(&workspace(), p, EXPERIMENTS).unwrap(), out).unwrap()).collect()
+    inputs
+        .iter()
+        .map(|p| report::section(&report::load(&workspace(), p, EXPERIMENTS).unwrap(), out, options).unwrap())
+        .collect()
 }
 
 #[test]
@@ -162,6 +169,16 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
     for config in ["fifo", "interleave chunk 64", "batched budget 64"] {
         assert!(md.lines().any(|l| l.starts_with(&format!("| {config} | ")) && l.contains(" | 2 | ")), "{config}");
     }
+
+    // Asked for every round: each configuration's two rounds, in order, none called a median.
+    let all = tmp.path().join("all-rounds");
+    let md = render_with(&inputs[2..], &all, &common::experiment::ReportOptions { all_rounds: true });
+    assert!(!all.join("fresh-tiny/timeline-06.svg").exists(), "three configurations of two rounds each");
+    for i in 0..6 {
+        let svg = std::fs::read_to_string(all.join(format!("fresh-tiny/timeline-{i:02}.svg"))).unwrap();
+        assert!(svg.contains(&format!("(round {})", i % 2)) && !svg.contains("the median of"), "timeline {i}");
+    }
+    assert_eq!(md.matches("![timeline of ").count(), 6, "{md}");
 }
 
 #[test]

@@ -186,13 +186,11 @@ impl PrefixTree {
 
     /// Gives back a hold on `block`; false when the block is not cached (a session's own).
     pub(crate) fn release(&mut self, block: u32) -> bool {
-        if !self.nodes.contains_key(&block) {
-            return false;
-        }
-        let now = self.tick();
-        let node = self.nodes.get_mut(&block).expect("checked above");
+        let Some(node) = self.nodes.get_mut(&block) else { return false };
         node.refs -= 1;
         if node.refs == 0 {
+            self.clock += 1;
+            let now = self.clock;
             node.used = now;
             self.idle += 1;
             if node.children.is_empty() {

@@ -5,15 +5,16 @@ use crate::charts::render;
 use crate::view::Artifact;
 use crate::ReportError;
 use common::chart::{cell, Chart, Forest, Section};
+use common::experiment::ReportOptions;
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
 
 /// Renders one artifact's charts into `out/<name>/` and returns its Markdown section.
-pub fn section(a: &Artifact, out: &Path) -> Result<String, ReportError> {
+pub fn section(a: &Artifact, out: &Path, options: &ReportOptions) -> Result<String, ReportError> {
     let section = a
         .kind
-        .report(&a.name, &a.name, &a.value)
+        .report(&a.name, &a.name, &a.value, options)
         .map_err(|cause| ReportError::Section { name: a.name.clone(), cause })?;
     let dir = out.join(&a.name);
     std::fs::create_dir_all(&dir).map_err(|cause| ReportError::Io { path: dir.display().to_string(), cause })?;

@@ -44,45 +44,49 @@ const TOKEN_BUCKETS: [f64; 14] =
 
 impl Metrics {
     pub fn new(engine: Arc<EngineState>, kv: Arc<KvPool>) -> Self {
-        let mut registry = Registry::with_prefix("serve");
+        let mut r = Registry::with_prefix("serve");
         let histogram = |buckets: &[f64]| Histogram::new(buckets.iter().copied());
-        let metrics = Metrics {
-            time_to_first_token: histogram(&LATENCY_BUCKETS),
-            inter_token_latency: histogram(&LATENCY_BUCKETS),
-            e2e_request_latency: histogram(&LATENCY_BUCKETS),
-            iteration_tokens: histogram(&TOKEN_BUCKETS),
-            prompt_tokens: Counter::default(),
-            generation_tokens: Counter::default(),
-            registry: Registry::default(),
-        };
-        registry.register(
+        let time_to_first_token = registered(
+            &mut r,
             "time_to_first_token_seconds",
             "Time from a request's arrival to its first token",
-            metrics.time_to_first_token.clone(),
+            histogram(&LATENCY_BUCKETS),
         );
-        registry.register(
+        let inter_token_latency = registered(
+            &mut r,
             "inter_token_latency_seconds",
             "Time between consecutive tokens of a request",
-            metrics.inter_token_latency.clone(),
+            histogram(&LATENCY_BUCKETS),
         );
-        registry.register(
+        let e2e_request_latency = registered(
+            &mut r,
             "e2e_request_latency_seconds",
             "Time from a request's arrival to its last token",
-            metrics.e2e_request_latency.clone(),
+            histogram(&LATENCY_BUCKETS),
         );
-        registry.register(
+        let iteration_tokens = registered(
+            &mut r,
             "iteration_tokens",
             "Tokens per engine step, prefill and decode together",
-            metrics.iteration_tokens.clone(),
+            histogram(&TOKEN_BUCKETS),
         );
-        registry.register(
+        let prompt_tokens = registered(
+            &mut r,
             "prompt_tokens",
             "Prompt tokens of admitted requests, cached ones included",
-            metrics.prompt_tokens.clone(),
+            Counter::default(),
         );
-        registry.register("generation_tokens", "Tokens generated", metrics.generation_tokens.clone());
-        registry.register_collector(Box::new(StateCollector { engine, kv }));
-        Metrics { registry, ..metrics }
+        let generation_tokens = registered(&mut r, "generation_tokens", "Tokens generated", Counter::default());
+        r.register_collector(Box::new(StateCollector { engine, kv }));
+        Metrics {
+            registry: r,
+            time_to_first_token,
+            inter_token_latency,
+            e2e_request_latency,
+            iteration_tokens,
+            prompt_tokens,
+            generation_tokens,
+        }
     }
 
     /// The exposition, and its content type.
@@ -92,6 +96,17 @@ impl Metrics {
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
         (prometheus_client::encoding::prometheus_text::CONTENT_TYPE, text)
     }
+}
+
+/// `metric`, registered under `name` (a handle to the same series is kept and returned).
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    r.register(name, help, metric.clone());
+    metric
 }
 
 /// Reads the engine's and the KV pool's state when scraped.

@@ -10,7 +10,7 @@
 
 use clap::Parser;
 use common::chart::{cell, Chart, CompareRow, Lines, Section};
-use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs};
+use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs, ReportOptions};
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
@@ -482,7 +482,13 @@ impl Experiment for DecodeScaling {
         check(artifact, f)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        _options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
         let a: Artifact = read_as(title, artifact)?;
         let p = &a.parameters;
         let mut section = Section::new(dir);

@@ -13,7 +13,7 @@
 
 use clap::Parser;
 use common::chart::{Chart, CompareRow, Grouped, Section};
-use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs};
+use common::experiment::{read_as, CommandLine, Experiment, ExperimentError, ModelArgs, ReportOptions};
 use common::finding::Findings;
 use common::gguf::WeightType;
 use common::manifest::Invalid;
@@ -513,7 +513,13 @@ impl Experiment for EngineBench {
         }
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        _options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
         let a: Artifact = read_as(title, artifact)?;
         let mut section = Section::new(dir);
         let mut md = format!(

@@ -14,7 +14,7 @@
 
 use common::chart::{cell, Chart, Lines, Section};
 use common::evidence::{ClaimResult, Observation};
-use common::experiment::{read_as, Experiment, ExperimentError, Flags};
+use common::experiment::{read_as, Experiment, ExperimentError, Flags, ReportOptions};
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
@@ -543,7 +543,13 @@ impl Experiment for PrefixCache {
         out
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        _options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
         let a: Artifact = read_as(title, artifact)?;
         let p = &a.parameters;
         let mut section = Section::new(dir);

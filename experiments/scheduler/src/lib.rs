@@ -15,7 +15,7 @@ pub mod study;
 use common::chart::{CompareRow, Section};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{Experiment, ExperimentError};
+use common::experiment::{Experiment, ExperimentError, ReportOptions};
 use common::finding::Findings;
 use common::manifest::Invalid;
 use serde_json::Value;
@@ -66,8 +66,14 @@ impl Experiment for Scheduler {
         checks::pin(artifact, current).map(Some)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
-        Ok(report::section(title, dir, artifact))
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
+        Ok(report::section(title, dir, artifact, options.all_rounds))
     }
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {

@@ -113,7 +113,7 @@ fn by_config(runs: &[Run], metric: Metric) -> ByConfig {
     (configs, ids, values)
 }
 
-pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
+pub(crate) fn section(title: &str, dir: &str, a: &Value, all_rounds: bool) -> Section {
     let runs = scheduler_runs(a);
     let mut section = Section::new(dir);
     let mut md = String::new();
@@ -185,24 +185,30 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
         section.image(&format!("compare-{file}"), title, Chart::Grouped(chart));
     }
     // One timeline per configuration: its round of median elapsed time (the lower of two
-    // middles), so that a page shows each policy once rather than every round of it.
+    // middles), so that a page shows each policy once rather than every round of it; or, when
+    // asked, every round in its order.
     let mut drew = 0;
-    let mut shown: Vec<(usize, usize)> = Vec::new();
+    let mut shown: Vec<(usize, Option<usize>)> = Vec::new();
     for config in &configs {
         let mut rounds: Vec<(usize, &_)> =
             runs.iter().enumerate().filter(|(_, r)| &r.config == config && !r.steps.is_empty()).collect();
+        if all_rounds {
+            shown.extend(rounds.iter().map(|&(i, _)| (i, None)));
+            continue;
+        }
         rounds.sort_by(|a, b| a.1.elapsed.total_cmp(&b.1.elapsed));
         if let Some(&(i, _)) = rounds.get(rounds.len().saturating_sub(1) / 2) {
-            shown.push((i, rounds.len()));
+            shown.push((i, Some(rounds.len())));
         }
     }
-    for (k, (i, of)) in shown.into_iter().enumerate() {
+    for (k, (i, median_of)) in shown.into_iter().enumerate() {
         let run = &runs[i];
+        let which = median_of.map_or(String::new(), |of| format!(", the median of {of}"));
         let lanes = ids.clone();
         let lane = |job: &str| lanes.iter().position(|l| l == job).unwrap_or(0);
         let chart = Timeline {
             title: format!(
-                "{} (round {}, the median of {of}): {} forwards, {:.1} ms",
+                "{} (round {}{which}): {} forwards, {:.1} ms",
                 run.config,
                 run.round,
                 forwards(&run.steps),

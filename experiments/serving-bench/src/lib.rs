@@ -24,7 +24,7 @@ pub mod workload;
 use common::chart::{CompareRow, Section};
 use common::claim::Vocabulary;
 use common::evidence::Observation;
-use common::experiment::{Experiment, ExperimentError};
+use common::experiment::{Experiment, ExperimentError, ReportOptions};
 use common::finding::Findings;
 use common::manifest::Invalid;
 use serde_json::Value;
@@ -67,7 +67,13 @@ impl Experiment for ServingBench {
         checks::audit_foreign(foreign, findings)
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        _options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
         Ok(report::section(title, dir, artifact))
     }
 

@@ -229,7 +229,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     // The report labels the groups by rate and draws latency against throughput across them.
     use common::experiment::Experiment;
     let value: Value = common::artifact::read_artifact(&out).unwrap();
-    let section = serving_bench::ServingBench.report("open", "open", &value).unwrap();
+    let section = serving_bench::ServingBench.report("open", "open", &value, &Default::default()).unwrap();
     assert!(section.markdown.contains("embedded-openai rate=40.0 max=3 |"), "{}", section.markdown);
     let stems: Vec<&str> = section.charts.iter().map(|(stem, _)| stem.as_str()).collect();
     assert!(stems.contains(&"sweep-ttft_s_p99") && stems.contains(&"sweep-tpot_s_p50"), "{stems:?}");

@@ -19,6 +19,10 @@ struct Cli {
     /// ratio to A.
     #[arg(long, num_args = 2.., value_names = ["A", "B"])]
     compare: Vec<PathBuf>,
+    /// Draw every round where a section draws one per configuration (the scheduler's
+    /// timelines: its median round by default).
+    #[arg(long)]
+    all_rounds: bool,
 }
 
 fn main() {
@@ -84,7 +88,8 @@ fn run(cli: Cli) -> Result<()> {
     for path in &inputs {
         let mut artifact = report::load(&ws, path, EXPERIMENTS)?;
         artifact.warning = audit_warning(&audit, &ws, path, &artifact.value);
-        md.push_str(&report::section(&artifact, &out)?);
+        let options = common::experiment::ReportOptions { all_rounds: cli.all_rounds };
+        md.push_str(&report::section(&artifact, &out, &options)?);
         println!("rendered {}", ws.display_path(path));
     }
     if !cli.compare.is_empty() {

@@ -3,7 +3,7 @@
 //! No experiment implements it by hand: every [`Experiment`] is one, through the blanket adapter
 //! below, which reads each part as the experiment's type and writes the answer back.
 
-use super::{read_as, CommandLine, Experiment, ExperimentError};
+use super::{read_as, CommandLine, Experiment, ExperimentError, ReportOptions};
 use crate::chart::{CompareRow, Section};
 use crate::claim::{Claim, Vocabulary};
 use crate::evidence::{ClaimResult, Observation};
@@ -56,7 +56,13 @@ pub trait AnyExperiment: Sync {
     fn pin(&self, artifact: &Value, current: Option<&Value>) -> Result<Option<Value>, ExperimentError>;
 
     /// Its section of the report page for one artifact (ours or foreign).
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError>;
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        options: &ReportOptions,
+    ) -> Result<Section, ExperimentError>;
 
     /// The metrics of two of its artifacts side by side, for `report --compare`.
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow>;
@@ -149,8 +155,14 @@ impl<E: Experiment> AnyExperiment for E {
         }
     }
 
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError> {
-        Experiment::report(self, title, dir, artifact)
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        options: &ReportOptions,
+    ) -> Result<Section, ExperimentError> {
+        Experiment::report(self, title, dir, artifact, options)
     }
 
     fn compare(&self, a: &Value, b: &Value) -> Vec<CompareRow> {

@@ -111,6 +111,13 @@ impl<P: DeserializeOwned + Serialize + Clone + Send + Sync + 'static> CommandLin
     }
 }
 
+/// What a reader asked of the report page (`report`'s flags), for every experiment's section.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReportOptions {
+    /// Every round's chart where a section draws one round per configuration (its median).
+    pub all_rounds: bool,
+}
+
 /// One experiment, in its own types: what its crate implements, once. The tools reach it as an
 /// [`AnyExperiment`], which every `Experiment` is.
 pub trait Experiment: Sync + 'static {
@@ -172,7 +179,13 @@ pub trait Experiment: Sync + 'static {
 
     /// Its section of the report page for one artifact (ours, or a foreign one it recognises,
     /// hence JSON); `dir` is the folder, relative to the page, its charts are written to.
-    fn report(&self, title: &str, dir: &str, artifact: &Value) -> Result<Section, ExperimentError>;
+    fn report(
+        &self,
+        title: &str,
+        dir: &str,
+        artifact: &Value,
+        options: &ReportOptions,
+    ) -> Result<Section, ExperimentError>;
 
     /// The metrics of two of its artifacts side by side (A, B), for `report --compare`; none by
     /// default, so the comparison shows only what every artifact has (provenance, claims).

@@ -153,17 +153,20 @@ impl Dialect {
         ]
     }
 
+    /// Every series name it reads.
+    fn names(&self) -> impl Iterator<Item = &'static str> {
+        self.quantities().into_iter().flatten().flat_map(|alternative| alternative.iter().copied())
+    }
+
     /// The server whose series a scrape holds.
     pub fn of(values: &BTreeMap<String, f64>) -> Option<&'static Dialect> {
-        DIALECTS.iter().find(|d| {
-            d.quantities().iter().flat_map(|q| q.iter()).flat_map(|a| a.iter()).any(|n| values.contains_key(*n))
-        })
+        DIALECTS.iter().find(|d| d.names().any(|n| values.contains_key(n)))
     }
 }
 
 /// Whether the client keeps a series of this name.
 pub fn kept(name: &str) -> bool {
-    DIALECTS.iter().flat_map(|d| d.quantities()).flat_map(|q| q.iter()).flat_map(|a| a.iter()).any(|n| *n == name)
+    DIALECTS.iter().flat_map(Dialect::names).any(|n| n == name)
 }
 
 /// Whether a series only grows: a counter, or a histogram's count or sum (of observations that
