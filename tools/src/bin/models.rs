@@ -115,7 +115,11 @@ fn run(cli: Cli) -> Result<()> {
             if !matches!(pin.source, ModelSource::Hub) {
                 bail!("model `{name}` is generated, not downloaded; use `models generate {name}`");
             }
-            let m = resolve(&ws, &pin, &ResolveOptions::default())?;
+            // The bar counts the bytes written: the download (its check against the pin reads
+            // them back after).
+            let label = format!("{name} downloading");
+            let opts = ResolveOptions::default();
+            let m = with_bytes(&label, pin_bytes(&pin), Io::Written, || resolve(&ws, &pin, &opts))?;
             println!("{:<24} verified in {}", pin.name, ws.display_path(&m.dir));
             Ok(())
         }
