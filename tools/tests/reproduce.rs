@@ -58,3 +58,17 @@ fn a_failed_claim_fails_reproduce_unless_allowed() {
     assert!(stdout.contains("failures allowed by --allow-failed-claims"), "{stdout}");
     assert_eq!(code, Some(0), "{stdout}");
 }
+
+#[test]
+fn only_names_the_registry_s_experiments() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_reproduce")).args(args).output().unwrap();
+    let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
+    for experiment in tools::registry::EXPERIMENTS {
+        assert!(help.contains(experiment.name()), "--help lists {}: {help}", experiment.name());
+    }
+    // An unknown name is refused before anything runs, with the names it could be.
+    let out = run(&["--only", "no-such-experiment"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no-such-experiment") && stderr.contains("scheduler"), "{stderr}");
+}

@@ -186,19 +186,19 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value, all_rounds: bool) -> Se
     }
     // One timeline per configuration: its round of median elapsed time (the lower of two
     // middles), so that a page shows each policy once rather than every round of it; or, when
-    // asked, every round in its order.
+    // asked, every round in its order, the median one still marked.
     let mut drew = 0;
     let mut shown: Vec<(usize, Option<usize>)> = Vec::new();
     for config in &configs {
-        let mut rounds: Vec<(usize, &_)> =
-            runs.iter().enumerate().filter(|(_, r)| &r.config == config && !r.steps.is_empty()).collect();
+        let rounds: Vec<usize> =
+            runs.iter().enumerate().filter(|(_, r)| &r.config == config && !r.steps.is_empty()).map(|(i, _)| i).collect();
+        let mut by_time = rounds.clone();
+        by_time.sort_by(|&a, &b| runs[a].elapsed.total_cmp(&runs[b].elapsed));
+        let Some(&median) = by_time.get(rounds.len().saturating_sub(1) / 2) else { continue };
         if all_rounds {
-            shown.extend(rounds.iter().map(|&(i, _)| (i, None)));
-            continue;
-        }
-        rounds.sort_by(|a, b| a.1.elapsed.total_cmp(&b.1.elapsed));
-        if let Some(&(i, _)) = rounds.get(rounds.len().saturating_sub(1) / 2) {
-            shown.push((i, Some(rounds.len())));
+            shown.extend(rounds.iter().map(|&i| (i, (i == median).then_some(rounds.len()))));
+        } else {
+            shown.push((median, Some(rounds.len())));
         }
     }
     for (k, (i, median_of)) in shown.into_iter().enumerate() {

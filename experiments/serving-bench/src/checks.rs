@@ -12,7 +12,8 @@ fn num(v: &Value, key: &str) -> Option<f64> {
     v.get(key).and_then(Value::as_f64)
 }
 
-/// The invariants of a serving-bench artifact; every summary is recomputed from the requests.
+/// The invariants of a serving-bench artifact; every summary is recomputed from the requests (and
+/// the server's view from the scrapes).
 /// (The manifest pins no expectations: serving numbers are this machine's.)
 pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings) {
     if serde_json::to_value(&artifact.arguments).ok().as_ref() != Some(&artifact.provenance.settings.effective) {
@@ -168,11 +169,13 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
             (Some(a), Some(b)) if a == b => {}
             (Some(a), Some(b)) => {
                 let key = a.keys().chain(b.keys()).find(|k| a.get(*k) != b.get(*k)).cloned().unwrap_or_default();
+                // The server's view is the scrapes'; everything else is the requests'.
+                let source = if key.starts_with("server_") { "scrapes" } else { "requests" };
                 f.wrong(
                     "invariants",
                     format!("summary[{i}].{key}"),
                     format!(
-                        "recorded {}, recomputed from the requests {}",
+                        "recorded {}, recomputed from the {source} {}",
                         b.get(&key).unwrap_or(&Value::Null),
                         a.get(&key).unwrap_or(&Value::Null)
                     ),

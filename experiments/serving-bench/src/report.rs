@@ -110,6 +110,7 @@ fn server_view(a: &Value, groups: &[(String, Value)], section: &mut Section) {
         ("server_prefix_hit_rate", "prefix hit %", 100.0, 1),
         ("server_tokens_per_step", "tokens/step", 1.0, 1),
         ("server_preemptions", "preemptions", 1.0, 0),
+        ("server_scrape_ms_p99", "/metrics answer p99 ms", 1.0, 2),
     ];
     let mut md = String::from("What the servers' `/metrics` said over each group (scraped by the client):\n\n");
     let header: Vec<&str> = columns.iter().map(|c| c.1).collect();

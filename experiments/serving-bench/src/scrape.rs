@@ -206,7 +206,7 @@ mod tests {
         let first = kept_series(LLAMA_FIRST).unwrap();
         assert_eq!(first.get("llamacpp:prompt_tokens_total"), Some(&53.0));
         assert!(!first.contains_key("llamacpp:prompt_tokens_seconds"), "only the series a dialect names are kept");
-        let scrape = |t_s, text| Scrape { t_s, values: kept_series(text).unwrap(), ..Scrape::default() };
+        let scrape = |t_s, text| Scrape { t_s, values: kept_series(text).unwrap(), answer_s: Some(0.01), ..Scrape::default() };
         let series = ServerSeries {
             runtime: "llama-server".into(),
             load: "c1".into(),
@@ -254,6 +254,7 @@ mod tests {
         let failed = Scrape { t_s: 2.0, error: Some("GET: HTTP 500".into()), answer_s: Some(0.1), ..Scrape::default() };
         assert!(problem(vec![at(1.0, 1.0), failed]).unwrap().contains("answer time"));
         assert!(problem(vec![Scrape { answer_s: Some(-1.0), ..at(0.0, 1.0) }]).unwrap().contains("duration"));
+        assert!(problem(vec![Scrape { answer_s: None, ..at(0.0, 1.0) }]).unwrap().contains("no answer_s"));
     }
 
     #[test]

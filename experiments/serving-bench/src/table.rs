@@ -101,7 +101,7 @@ fn server_view(a: &ServingArtifact) -> String {
     let mut out = String::from("\nserver's view (/metrics; mean/peak):\n");
     let _ = writeln!(
         out,
-        "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>8} {:>10} {:>8} {:>8} {:>13}",
+        "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>9} {:>10} {:>8} {:>8} {:>13}",
         "runtime",
         if open { "rate" } else { "conc" },
         "running",
@@ -120,7 +120,7 @@ fn server_view(a: &ServingArtifact) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>8} {:>10} {:>8} {:>8} {:>11}ms",
+            "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>9} {:>10} {:>8} {:>8} {:>11}ms",
             row["runtime"].as_str().unwrap_or_default(),
             load_cell(row, open),
             pair(row, "server_running", 1.0, 0),

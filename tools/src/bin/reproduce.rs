@@ -29,7 +29,7 @@ struct Cli {
     #[arg(long)]
     offline: bool,
     /// Only these experiments (repeatable).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(EXPERIMENTS.iter().map(|e| e.name())))]
     only: Vec<String>,
     /// Exit 0 even when a manifest's claim fails (the claims table still says so).
     #[arg(long)]
@@ -48,10 +48,6 @@ fn main() {
 
 fn run(cli: Cli) -> Result<i32> {
     let ws = Workspace::discover()?;
-    let known: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name()).collect();
-    if let Some(unknown) = cli.only.iter().find(|o| !known.contains(&o.as_str())) {
-        anyhow::bail!("--only {unknown}: no such experiment; the experiments are {}", known.join(", "));
-    }
     let bin_dir: PathBuf = std::env::current_exe()?.parent().map(Into::into).unwrap_or_default();
     let manifests: Vec<_> = ws
         .experiment_manifests()?

@@ -304,8 +304,8 @@ pub fn dialect_of(series: &[&ServerSeries]) -> Option<&'static Dialect> {
 const CLOCK_SLACK_S: f64 = 1e-6;
 
 /// Where a series breaks what scraping guarantees: scrapes out of time order (per replica), a
-/// value that is not a finite number, a series no dialect keeps, or a counter that fell between
-/// two scrapes of one replica. `None` when it holds.
+/// value that is not a finite number, an answered scrape without its answer time, a series no
+/// dialect keeps, or a counter that fell between two scrapes of one replica. `None` when it holds.
 pub fn series_problem(s: &ServerSeries) -> Option<String> {
     let mut last: BTreeMap<usize, &Scrape> = BTreeMap::new();
     for (i, scrape) in s.scrapes.iter().enumerate() {
@@ -314,6 +314,9 @@ pub fn series_problem(s: &ServerSeries) -> Option<String> {
         }
         if scrape.error.is_some() && (!scrape.values.is_empty() || scrape.answer_s.is_some()) {
             return Some(format!("scrape {i}: failed yet holds values or an answer time"));
+        }
+        if scrape.error.is_none() && scrape.answer_s.is_none() {
+            return Some(format!("scrape {i}: answered, yet records no answer_s"));
         }
         if let Some(a) = scrape.answer_s.filter(|a| !(a.is_finite() && *a >= 0.0)) {
             return Some(format!("scrape {i}: answer_s {a} is not a duration"));
