@@ -95,9 +95,12 @@ mkdir -p artifacts/bench
   --out "artifacts/bench/serving-sweep-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # The client holding its schedule: 500 requests/s (Poisson) on the tiny checkpoint, against the
-# embedded server (in its own process with room for 256 streams) and llama-server at its
-# defaults on tiny's F32 GGUF, with each server's /metrics scraped every half second; then the
-# same run unscraped, so the two artifacts side by side say whether scraping moves the pacer.
+# embedded server (in its own process with room for 256 streams) and llama-server on tiny's F32
+# GGUF, at its defaults (a compute thread per core) and with one thread (a core left to the
+# client: this isolates what sharing the CPU does to the pacer), with each server's /metrics
+# scraped every half second; then the same run unscraped, so the two artifacts side by side say
+# whether scraping moves the pacer. A request gets 60 s rather than the default 600 s: llama-server
+# at its defaults once left one request of such a burst unanswered, and the run then waited.
 # The artifact's send_lateness_s_p99 is the client's lateness at that rate, and its
 # server_scrape_ms_p99 how fast each /metrics answered while serving. The prompts are vLLM's
 # random kind: 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The
@@ -119,14 +122,15 @@ if [ -n "${gguf:-}" ]; then
   if [ ! -f "$gguf" ]; then
     ./target/release/models export-gguf tiny --type f32 --out "$gguf"
   fi
-  if start_llama_server --threads "$(nproc)"; then
-    schedule_targets=(--target "llama-server=openai=$started" "${schedule_targets[@]}")
+  if start_llama_server --threads "$(nproc)" && defaults=$started && start_llama_server --threads 1; then
+    schedule_targets=(--target "llama-server=openai=$defaults" --target "llama-server-1-thread=openai=$started"
+      "${schedule_targets[@]}")
   fi
 fi
 for scrape in "--scrape-metrics 0.5" ""; do
   # shellcheck disable=SC2086 # the flag and its value, or nothing
   ./target/release/serving-bench "${schedule_targets[@]}" $scrape --request-rate 500 --max-concurrency 256 \
-    --num-requests 3000 --warmup-requests 100 --max-tokens 8 \
+    --num-requests 3000 --warmup-requests 100 --max-tokens 8 --timeout 60 \
     --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
     --out "artifacts/bench/client-schedule${scrape:+-scraped}-$(date -u +%Y%m%dT%H%M%SZ).json"
 done
