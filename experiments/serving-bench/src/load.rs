@@ -15,6 +15,7 @@ use crate::workload::Item;
 use common::manifest::Invalid;
 use rand::SeedableRng;
 use rand_distr::Distribution;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -311,19 +312,90 @@ fn realtime_priority() -> bool {
     false
 }
 
+/// The nice value the client's workers ask for.
+const WORKER_NICE: i32 = -10;
+/// Whether a worker raised its priority, and whether one was refused.
+static WORKERS_RAISED: AtomicBool = AtomicBool::new(false);
+static WORKER_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Raises the calling thread's priority (nice -10) when the process may (root or
+/// `CAP_SYS_NICE`): the client's workers, which send what the pacer wakes and read the streams,
+/// then run ahead of a server busy on the same cores, so a send waits for no scheduler slice
+/// (the client needs little CPU; a server's compute threads spinning on every core would
+/// otherwise delay it by milliseconds). The bench's runtime calls it on each worker; the
+/// embedded server's never does.
+pub fn raise_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread (`who` 0 is the caller's own thread).
+    let raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, WORKER_NICE) == 0 };
+    #[cfg(not(target_os = "linux"))]
+    let raised = false;
+    let flag = if raised { &WORKERS_RAISED } else { &WORKER_REFUSED };
+    flag.store(true, Ordering::Relaxed);
+}
+
+/// Whether every worker that started runs at the raised priority; `None` when none asked (an
+/// embedded server in the client's process shares its workers: none is raised above it).
+pub fn workers_raised() -> Option<bool> {
+    let (raised, refused) = (WORKERS_RAISED.load(Ordering::Relaxed), WORKER_REFUSED.load(Ordering::Relaxed));
+    (raised || refused).then_some(!refused)
+}
+
 /// What the artifact says of the pacer: whether it ran at real-time priority, and if not, how
 /// to let it.
-pub fn pacer_note(realtime: bool) -> String {
-    if realtime {
-        "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1).".into()
+pub fn pacer_note(realtime: bool, workers_raised: Option<bool>) -> String {
+    let pacer = if realtime {
+        "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1)"
     } else {
-        "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it): with the server on the same cores, expect more send lateness.".into()
-    }
+        "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it)"
+    };
+    let workers = match workers_raised {
+        Some(true) => "and sent by workers at nice -10",
+        Some(false) => "and sent by workers at normal priority (nice -10 was refused; CAP_SYS_NICE allows it)",
+        None => "and sent by workers at normal priority (the embedded server in the client's process shares them)",
+    };
+    let tail = match (realtime, workers_raised) {
+        (true, Some(true)) => "",
+        _ => ": with the server on the same cores, expect more send lateness",
+    };
+    format!("{pacer}, {workers}{tail}.")
+}
+
+/// Every note [`pacer_note`] can write.
+pub fn pacer_notes() -> Vec<String> {
+    [true, false]
+        .into_iter()
+        .flat_map(|realtime| [Some(true), Some(false), None].map(|workers| pacer_note(realtime, workers)))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_runs_at_the_priority_the_note_says() {
+        // No other test raises a thread; this one raises only the thread it starts.
+        let nice = std::thread::spawn(|| {
+            raise_priority();
+            // SAFETY: a plain system call on the calling thread.
+            #[cfg(target_os = "linux")]
+            return unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+            #[cfg(not(target_os = "linux"))]
+            0
+        })
+        .join()
+        .unwrap();
+        let raised = workers_raised();
+        assert_eq!(nice == WORKER_NICE, raised == Some(true), "nice {nice}, raised {raised:?}");
+        let note = pacer_note(true, raised);
+        assert_eq!(note.contains("workers at nice -10"), raised == Some(true), "{note}");
+        // Each note says something the others do not.
+        let notes = pacer_notes();
+        for (i, a) in notes.iter().enumerate() {
+            assert!(notes[i + 1..].iter().all(|b| a != b), "{a}");
+        }
+    }
 
     #[test]
     fn schedules_are_reproducible_and_have_the_rate_asked() {

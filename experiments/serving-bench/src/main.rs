@@ -20,7 +20,13 @@ use std::time::Instant;
 
 fn main() {
     common::experiment::main(|cli: Cli| {
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("a tokio runtime")?;
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        // The client's workers go ahead of the servers it measures, unless an embedded server
+        // in this process would share them (and the engine threads they start).
+        if cli.command.is_none() && cli.bench.targets().is_ok_and(|t| t.iter().all(|s| s.url.is_some())) {
+            builder.on_thread_start(load::raise_priority);
+        }
+        let runtime = builder.enable_all().build().context("a tokio runtime")?;
         match cli.command {
             Some(Command::Serve(args)) => runtime.block_on(serve(args)).map(|()| 0),
             None => runtime.block_on(bench(cli)),
@@ -517,7 +523,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
         measurement_notes: {
             let mut notes = serving::measurement_notes();
             if !realtime_pacers.is_empty() {
-                notes.insert("send_pacer".into(), load::pacer_note(realtime_pacers.iter().all(|&r| r)));
+                notes.insert("send_pacer".into(), load::pacer_note(realtime_pacers.iter().all(|&r| r), load::workers_raised()));
             }
             notes
         },
