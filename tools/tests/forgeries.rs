@@ -130,6 +130,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].arrival.admitted_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
+    ("server_metrics[].scrapes[].answer_s", &["nudge"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].end_ms", &["nudge"], "measured"),
     ("runs[].scheduler_overhead_ms", &[], "measured"),
@@ -157,10 +158,11 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("runtimes[].model", &[], "server"),
     ("embedded_kv.*", &[], "server"),
     // What a target's /metrics said (its counters held to their order), and why a scrape failed;
-    // whether the server closed a request's connection before answering it.
+    // whether the server closed a request's or a scrape's connection before answering it.
     ("server_metrics[].scrapes[].values.*", &[], "server"),
     ("server_metrics[].scrapes[].error", &["text"], "server"),
     ("requests[].resent", &["flip"], "server"),
+    ("server_metrics[].scrapes[].resent", &["flip"], "server"),
     // A KV pool's high-water mark, kept as blocks were taken: a whole number of blocks within the
     // pool and at least the largest request's, which is all the timeline fixes.
     ("runs[].peak_kv_bytes", &["step", "jump"], "pool"),
