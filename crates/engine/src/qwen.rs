@@ -26,6 +26,11 @@ use candle_transformers::models::qwen2::Config;
 
 pub use supply::weights::WeightDtype;
 
+/// Rows a forward takes through the layers at once ([`Qwen2::last_hidden`] slices longer ones):
+/// enough that each weight read serves many rows, few enough that a slice's intermediates stay
+/// in tens of megabytes.
+const SLICE_ROWS: usize = 256;
+
 /// The candle dtype weights are held in.
 fn candle_dtype(w: WeightDtype) -> DType {
     match w {
@@ -730,7 +735,55 @@ impl Qwen2 {
 
     /// Runs the layers over every item's ids (appending to the caches) and returns the final
     /// norm of each item's last position, `items × hidden`: the head's input.
+    ///
+    /// More than [`SLICE_ROWS`] rows (a long prompt prefilled whole, or many sessions) go
+    /// through the layers in slices of at most that many, in order, each slice's keys and values
+    /// cached before the next attends: a chunked prefill inside one step. The bits are those of
+    /// one pass (every row's products, norms, rotation and attention depend only on its own row,
+    /// position and cache), and the intermediates stay a slice's size: a whole 4096-token prompt
+    /// at once made hundreds of megabytes of them per layer, and faulting in their fresh pages
+    /// took a fifth of the prefill's time.
     fn last_hidden(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
+        let rows: usize = items.iter().map(|(_, ids)| ids.len()).sum();
+        // An empty item or one past its cache is refused by `layers` before anything is written.
+        let refused = items.iter().any(|(cache, ids)| ids.is_empty() || cache.len + ids.len() > cache.capacity);
+        if rows <= SLICE_ROWS || refused {
+            return self.layers(items);
+        }
+        // Every block first, so that a pool too small fails before any slice is computed.
+        for (cache, ids) in items.iter_mut() {
+            cache.reserve(ids.len())?;
+        }
+        // Each item's last position's row, from the slice that ends it.
+        let mut last = vec![None; items.len()];
+        let mut done = vec![0; items.len()];
+        while done.iter().zip(items.iter()).any(|(d, (_, ids))| *d < ids.len()) {
+            let mut room = SLICE_ROWS;
+            let mut slice = Vec::new();
+            let mut ending = Vec::new();
+            for (i, (cache, ids)) in items.iter_mut().enumerate() {
+                let take = (ids.len() - done[i]).min(room);
+                if take == 0 {
+                    continue;
+                }
+                slice.push((&mut **cache, &ids[done[i]..done[i] + take]));
+                done[i] += take;
+                room -= take;
+                if done[i] == ids.len() {
+                    ending.push((i, slice.len() - 1));
+                }
+            }
+            let hidden = self.layers(&mut slice)?;
+            for (i, at) in ending {
+                last[i] = Some(hidden.narrow(0, at, 1)?);
+            }
+        }
+        let last: Vec<Tensor> = last.into_iter().map(|t| t.expect("every item's ids end in a slice")).collect();
+        Tensor::cat(&last, 0)
+    }
+
+    /// [`Self::last_hidden`] for one slice of rows: all of them through the layers at once.
+    fn layers(&self, items: &mut [(&mut Cache, &[u32])]) -> Result<Tensor> {
         let mut positions = Vec::new();
         for (cache, ids) in items.iter_mut() {
             let (pos, n) = (cache.len, ids.len());
@@ -886,6 +939,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_forward_longer_than_a_slice_gives_the_bits_of_chunks_within_one() {
+        let (_tmp, loaded) = crate::stepper::tests::tiny();
+        let model = &loaded.model;
+        let (long, short): (Vec<u32>, Vec<u32>) = ((1..=2 * SLICE_ROWS as u32 + 77).collect(), (500..540).collect());
+        // Reference: each prompt in chunks below a slice, alone, so nothing is sliced.
+        let chunked = |tokens: &[u32]| -> Vec<f32> {
+            let mut cache = model.new_cache(tokens.len()).unwrap();
+            let mut logits = None;
+            for chunk in tokens.chunks(SLICE_ROWS / 3) {
+                logits = Some(model.forward(&mut cache, chunk).unwrap());
+            }
+            logits.unwrap().to_vec1::<f32>().unwrap()
+        };
+        let (long_ref, short_ref) = (chunked(&long), chunked(&short));
+        // The long prompt whole: three slices.
+        let mut cache = model.new_cache(long.len()).unwrap();
+        let whole = model.forward(&mut cache, &long).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(bits(&whole), bits(&long_ref));
+        assert_eq!(cache.len(), long.len());
+        // Both in one forward, the short one after the long: it shares the last slice.
+        let (mut a, mut b) = (model.new_cache(long.len()).unwrap(), model.new_cache(short.len()).unwrap());
+        let both = model.forward_batch(&mut [(&mut a, &long[..]), (&mut b, &short[..])]).unwrap();
+        assert_eq!(bits(&both.get(0).unwrap().to_vec1::<f32>().unwrap()), bits(&long_ref));
+        assert_eq!(bits(&both.get(1).unwrap().to_vec1::<f32>().unwrap()), bits(&short_ref));
+        // And the short one first: the long one starts in the first slice beside it.
+        let (mut a, mut b) = (model.new_cache(long.len()).unwrap(), model.new_cache(short.len()).unwrap());
+        let ids = model.greedy_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[true, true]).unwrap();
+        let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
+        assert_eq!(ids, vec![Some(argmax(&short_ref)), Some(argmax(&long_ref))]);
+        // A forward past its cache is refused before any slice is computed.
+        let mut small = model.new_cache(SLICE_ROWS).unwrap();
+        assert!(model.forward(&mut small, &long).is_err());
+        assert_eq!(small.len(), 0);
     }
 
     /// A cache in `pool` for `tokens`: the cached prefix taken (all but the last token may be),

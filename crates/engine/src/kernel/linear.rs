@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 /// Outputs per panel of a matrix stored in panels ([`Layout::panels`]): two 512-bit vectors of F32
-/// accumulators per activation row, so a group of eight rows takes half the 32 registers.
+/// accumulators per activation row, so a group of twelve rows takes 24 of the 32 registers.
 pub(crate) const PANEL: usize = 32;
 
 /// How a weight matrix (`out × k`, a linear layer's) lies in memory: as rows (row-major), or in
@@ -20,7 +20,7 @@ pub(crate) const PANEL: usize = 32;
 /// weight row, one load per multiply-add, and sums each output across vector lanes at its end:
 /// four rows from memory cost 35-90% more than one (the loads and the weight stream compete),
 /// and a prefill chunk, which went to candle's multiply, ran at half the multipliers' rate. In
-/// panels, a task streams its panel once per group of up to eight rows; each activation value is
+/// panels, a task streams its panel once per group of rows (up to twelve); each activation value is
 /// loaded once and feeds the panel's 32 outputs; each output accumulates in its own lane, with
 /// no horizontal sum. Measured, the 24 layers' products from memory in a quiet minute: one row
 /// 18.9-20.7 ms (in rows: 19.7-21.4), four rows 22.1-23.9 ms (in rows: 29.3-30.6); a prefill

@@ -3,7 +3,8 @@
 //! memory bandwidth unused (a few rows) or half the multipliers idle (many rows).
 //!
 //! The layers' matrices are stored in panels ([`Layout`]): a task owns one panel of outputs and
-//! walks it once, in one sequential stream, for a group of up to eight activation rows; each
+//! walks it once, in one sequential stream, for a group of activation rows (up to twelve with
+//! AVX-512, two with AVX2); each
 //! activation value, broadcast once, feeds the 32 outputs of the panel, every output summed in
 //! its own vector lane. The head is stored as rows, because its rows are also looked up and
 //! scored one by one; its product streams each weight row once and reuses it for every
