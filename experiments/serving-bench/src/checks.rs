@@ -204,8 +204,12 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         f.wrong("invariants", "run_id", "run_id and created_at are provenance's run_id and started_at");
     }
     let notes = crate::serving::measurement_notes();
-    let pacer = crate::load::pacer_notes();
-    let known = |(k, v): (&String, &String)| notes.get(k) == Some(v) || (k == "send_pacer" && pacer.contains(v));
+    let (pacer, workers) = (crate::load::pacer_notes(), crate::load::workers_notes());
+    let known = |(k, v): (&String, &String)| {
+        notes.get(k) == Some(v)
+            || (k == "send_pacer" && pacer.contains(v))
+            || (k == "client_workers" && workers.contains(v))
+    };
     if a.measurement_notes.iter().any(|kv| !known(kv)) || notes.keys().any(|k| !a.measurement_notes.contains_key(k)) {
         f.wrong("invariants", "measurement_notes", "are not the definitions the code records");
     }

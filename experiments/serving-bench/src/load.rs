@@ -369,6 +369,24 @@ pub fn pacer_notes() -> Vec<String> {
         .collect()
 }
 
+/// What the artifact says of the client's workers when they asked for a raised priority (every
+/// target a server of its own), in closed rounds as in open loops; `None` when none asked, as
+/// with an embedded target: they then ran at normal priority, the default nothing needs to say.
+pub fn workers_note(workers_raised: Option<bool>) -> Option<String> {
+    workers_raised.map(|raised| {
+        if raised {
+            "The client's workers ran at nice -10 (every target a server of its own), ahead of the servers' threads on the same cores.".to_owned()
+        } else {
+            "The client's workers asked for nice -10 (every target a server of its own) and were refused (CAP_SYS_NICE allows it): they ran at normal priority.".to_owned()
+        }
+    })
+}
+
+/// Every note [`workers_note`] can write.
+pub fn workers_notes() -> Vec<String> {
+    [Some(true), Some(false)].into_iter().filter_map(workers_note).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +408,11 @@ mod tests {
         assert_eq!(nice == WORKER_NICE, raised == Some(true), "nice {nice}, raised {raised:?}");
         let note = pacer_note(true, raised);
         assert_eq!(note.contains("workers at nice -10"), raised == Some(true), "{note}");
+        let workers = workers_note(raised).expect("a worker asked");
+        assert_eq!(workers.contains("ran at nice -10"), raised == Some(true), "{workers}");
+        assert_eq!(workers_note(None), None, "no worker asked: nothing to say");
+        assert_eq!(workers_notes().len(), 2);
+        assert_ne!(workers_notes()[0], workers_notes()[1]);
         // Each note says something the others do not.
         let notes = pacer_notes();
         for (i, a) in notes.iter().enumerate() {

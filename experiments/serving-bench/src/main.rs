@@ -523,7 +523,13 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
         measurement_notes: {
             let mut notes = serving::measurement_notes();
             if !realtime_pacers.is_empty() {
-                notes.insert("send_pacer".into(), load::pacer_note(realtime_pacers.iter().all(|&r| r), load::workers_raised()));
+                notes.insert(
+                    "send_pacer".into(),
+                    load::pacer_note(realtime_pacers.iter().all(|&r| r), load::workers_raised()),
+                );
+            }
+            if let Some(note) = load::workers_note(load::workers_raised()) {
+                notes.insert("client_workers".into(), note);
             }
             notes
         },

@@ -206,7 +206,8 @@ mod tests {
         let first = kept_series(LLAMA_FIRST).unwrap();
         assert_eq!(first.get("llamacpp:prompt_tokens_total"), Some(&53.0));
         assert!(!first.contains_key("llamacpp:prompt_tokens_seconds"), "only the series a dialect names are kept");
-        let scrape = |t_s, text| Scrape { t_s, values: kept_series(text).unwrap(), answer_s: Some(0.01), ..Scrape::default() };
+        let scrape =
+            |t_s, text| Scrape { t_s, values: kept_series(text).unwrap(), answer_s: Some(0.01), ..Scrape::default() };
         let series = ServerSeries {
             runtime: "llama-server".into(),
             load: "c1".into(),

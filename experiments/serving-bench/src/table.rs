@@ -261,7 +261,7 @@ fn open_comparison(a: &ServingArtifact) -> String {
             .map(|(key, name)| {
                 let value = |r: &Row| r.get(*key).and_then(serde_json::Value::as_f64);
                 match (value(row), value(base)) {
-                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {:.2}x", x / b),
+                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {}x", ratio(x / b)),
                     _ => format!("{name} -"),
                 }
             })
@@ -272,4 +272,22 @@ fn open_comparison(a: &ServingArtifact) -> String {
         return String::new();
     }
     format!("\neach target over {} under the same load\n{}\n", first.name, lines.join("\n"))
+}
+
+/// A ratio to three significant digits, so that a small one (one target far behind another)
+/// does not print as 0.00.
+fn ratio(r: f64) -> String {
+    let decimals = if r >= 1.0 || r == 0.0 { 2 } else { (2 - r.log10().floor() as i32).clamp(2, 12) as usize };
+    format!("{r:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_ratio_keeps_three_significant_digits() {
+        let cases = [(2.269, "2.27"), (1.0, "1.00"), (0.343, "0.343"), (0.0042, "0.00420"), (0.0, "0.00")];
+        for (r, shown) in cases {
+            assert_eq!(super::ratio(r), shown, "{r}");
+        }
+    }
 }
