@@ -175,14 +175,17 @@ fn seeds_and_a_fresh_run_render_to_valid_images_showing_their_requests() {
     let all = tmp.path().join("all-rounds");
     let md = render_with(&inputs[2..], &all, &common::experiment::ReportOptions { all_rounds: true });
     assert!(!all.join("fresh-tiny/timeline-06.svg").exists(), "three configurations of two rounds each");
-    let svgs: Vec<String> = (0..6)
-        .map(|i| std::fs::read_to_string(all.join(format!("fresh-tiny/timeline-{i:02}.svg"))).unwrap())
-        .collect();
+    let svgs: Vec<String> =
+        (0..6).map(|i| std::fs::read_to_string(all.join(format!("fresh-tiny/timeline-{i:02}.svg"))).unwrap()).collect();
     for (i, svg) in svgs.iter().enumerate() {
         assert!(svg.contains(&format!("(round {}", i % 2)), "timeline {i}");
     }
     for pair in svgs.chunks(2) {
-        assert_eq!(pair.iter().filter(|svg| svg.contains(", the median of 2)")).count(), 1, "one median per configuration");
+        assert_eq!(
+            pair.iter().filter(|svg| svg.contains(", the median of 2)")).count(),
+            1,
+            "one median per configuration"
+        );
     }
     assert_eq!(md.matches("![timeline of ").count(), 6, "{md}");
 }

@@ -969,7 +969,8 @@ mod tests {
         // And the short one first: the long one starts in the first slice beside it.
         let (mut a, mut b) = (model.new_cache(long.len()).unwrap(), model.new_cache(short.len()).unwrap());
         let ids = model.greedy_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[true, true]).unwrap();
-        let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
+        let argmax =
+            |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
         assert_eq!(ids, vec![Some(argmax(&short_ref)), Some(argmax(&long_ref))]);
         // A forward past its cache is refused before any slice is computed.
         let mut small = model.new_cache(SLICE_ROWS).unwrap();

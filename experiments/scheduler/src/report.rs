@@ -190,8 +190,12 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value, all_rounds: bool) -> Se
     let mut drew = 0;
     let mut shown: Vec<(usize, Option<usize>)> = Vec::new();
     for config in &configs {
-        let rounds: Vec<usize> =
-            runs.iter().enumerate().filter(|(_, r)| &r.config == config && !r.steps.is_empty()).map(|(i, _)| i).collect();
+        let rounds: Vec<usize> = runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| &r.config == config && !r.steps.is_empty())
+            .map(|(i, _)| i)
+            .collect();
         let mut by_time = rounds.clone();
         by_time.sort_by(|&a, &b| runs[a].elapsed.total_cmp(&runs[b].elapsed));
         let Some(&median) = by_time.get(rounds.len().saturating_sub(1) / 2) else { continue };
