@@ -330,7 +330,13 @@ fn an_open_loop_prints_each_target_over_the_first_under_the_same_load() {
         };
         let ratio =
             |key: &str| row("embedded-ollama")[key].as_f64().unwrap() / row("embedded-openai")[key].as_f64().unwrap();
-        let expected = format!("TTFT p99 {:.2}x, total p50 {:.2}x", ratio("ttft_s_p99"), ratio("total_s_p50"));
+        // Three significant digits (two decimals from 1 up), as the table promises.
+        let shown = |key: &str| {
+            let r = ratio(key);
+            let decimals = if r >= 1.0 { 2 } else { (2.0 - r.log10().floor()) as usize };
+            format!("{r:.decimals$}")
+        };
+        let expected = format!("TTFT p99 {}x, total p50 {}x", shown("ttft_s_p99"), shown("total_s_p50"));
         assert!(line.contains(&expected) && line.contains("goodput "), "{line} lacks {expected}");
     }
 }
