@@ -88,9 +88,11 @@ fn attention(c: &mut Criterion) {
 }
 
 fn activation(c: &mut Criterion) {
-    let rows = 4;
-    let gate_up = data(rows * GATE_UP, 8);
-    c.bench_function("silu_mul/4", |b| b.iter(|| silu_mul(black_box(&gate_up), rows)));
+    // A decode step of four sessions, and a prefill chunk.
+    for rows in [4, 256] {
+        let gate_up = data(rows * GATE_UP, 8);
+        c.bench_function(&format!("silu_mul/{rows}"), |b| b.iter(|| silu_mul(black_box(&gate_up), rows)));
+    }
 }
 
 criterion_group! {
