@@ -8,7 +8,9 @@
 //! and the stepping loop) and `records` (provenance, artifacts, findings) beside it, then this
 //! crate, then the experiments, then the tools.
 
-pub use engine::{greedy, kernel, load, memory, policy, prefix, qwen, schedule, session, stepper, stock, template};
+pub use engine::{
+    greedy, kernel, load, memory, policy, prefix, qwen, sample, schedule, session, stepper, stock, template,
+};
 pub use records::{artifact, budget, build_facts, chart, evidence, finding, provenance, schema, stats};
 pub use supply::{claim, config, digest, generate, gguf, manifest, pin, resolve, weights, workspace};
 

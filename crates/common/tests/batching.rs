@@ -7,7 +7,8 @@ mod support;
 use common::greedy;
 use common::load::LoadedModel;
 use common::policy::Policy;
-use common::qwen::WeightDtype;
+use common::qwen::{Next, Want, WeightDtype};
+use common::sample::Sampling;
 use common::schedule::{self, request_metrics, Job, RunConfig};
 use common::session::{step_batch, Session, StepKind};
 
@@ -97,11 +98,11 @@ fn greedy_ids_through_the_screen_are_the_first_largest_of_each_sessions_own_logi
                 .collect();
             let mut items: Vec<_> = batch.iter_mut().zip(&inputs).map(|(c, ids)| (c, &ids[..])).collect();
             // The second session's step is marked as needing no token: it advances all the same.
-            let wanted: Vec<bool> = (0..10).map(|i| i != 1).collect();
-            let ids = qwen.greedy_batch(&mut items, &wanted).unwrap();
-            assert_eq!(ids[1], None);
-            for (i, (id, e)) in ids.iter().zip(&expected).enumerate().filter(|(i, _)| *i != 1) {
-                assert_eq!(*id, Some(*e), "{dtype:?} step {step} session {i}");
+            let wants: Vec<Want> = (0..10).map(|i| if i == 1 { Want::Nothing } else { Want::Greedy }).collect();
+            let next = qwen.next_batch(&mut items, &wants).unwrap();
+            assert_eq!(next[1], Next::Nothing);
+            for (i, (next, e)) in next.iter().zip(&expected).enumerate().filter(|(i, _)| *i != 1) {
+                assert_eq!(*next, Next::Id(*e), "{dtype:?} step {step} session {i}");
             }
             inputs = expected.iter().map(|e| vec![*e]).collect();
         }
@@ -142,7 +143,13 @@ fn the_batched_policy_steps_every_decode_and_fills_its_budget_with_prefill() {
     let jobs: Vec<Job> = prompts(&model)
         .into_iter()
         .enumerate()
-        .map(|(i, prompt_ids)| Job { id: format!("job-{i}"), prompt_ids, max_new_tokens: 5, arrival_ms: 0.0 })
+        .map(|(i, prompt_ids)| Job {
+            id: format!("job-{i}"),
+            prompt_ids,
+            max_new_tokens: 5,
+            arrival_ms: 0.0,
+            sampling: Sampling::GREEDY,
+        })
         .collect();
     let budget = 8;
     let config = RunConfig {

@@ -6,6 +6,7 @@ mod support;
 
 use common::load::LoadedModel;
 use common::policy::Policy;
+use common::sample::Sampling;
 use common::schedule::{self, request_metrics, Job, RunConfig};
 use serde::Deserialize;
 
@@ -36,6 +37,7 @@ fn seed_jobs(reference: &Reference, suffix: &str) -> Vec<Job> {
             prompt_ids: reference.jobs.iter().find(|r| r.id == j.id).unwrap().prompt_ids.clone(),
             max_new_tokens: j.max_new_tokens,
             arrival_ms: 0.0,
+            sampling: Sampling::GREEDY,
         })
         .collect()
 }
@@ -120,6 +122,7 @@ fn policies_order_steps_as_the_seed_describes() {
             prompt_ids: r.prompt_ids.clone(),
             max_new_tokens: spec.max_new_tokens,
             arrival_ms: 0.0,
+            sampling: Sampling::GREEDY,
         })
         .collect();
     let order = |config| -> Vec<String> {
@@ -203,6 +206,7 @@ fn greedy_ids_after_long_prompts_equal_transformers_whole_chunked_and_preempted(
             prompt_ids: r.prompt_ids.clone(),
             max_new_tokens: r.output_ids.len(),
             arrival_ms: 0.0,
+            sampling: Sampling::GREEDY,
         })
         .collect();
     let lengths: Vec<usize> = jobs.iter().map(|j| j.prompt_ids.len()).collect();

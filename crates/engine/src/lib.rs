@@ -1,9 +1,10 @@
-//! The engine: a checkpoint folder in, greedy ids out, as fast as this CPU allows and bit-faithful
+//! The engine: a checkpoint folder in, greedy (or reproducibly sampled) ids out, as fast as this CPU allows and bit-faithful
 //! to the references.
 //!
 //! - [`template`], [`load`]: the chat template and the loaded model with its tokenizer.
 //! - [`qwen`], [`kernel`], [`greedy`], [`memory`]: the Qwen2 forward, its CPU kernels, the greedy
 //!   screen, and where weights and caches live.
+//! - [`sample`]: the next id drawn from a step's logits, reproducibly, when a request is not greedy.
 //! - [`session`], [`prefix`], [`policy`], [`stepper`], [`schedule`]: one request's KV cache, the
 //!   prefix cache's index, which requests step next, the one stepping loop, and a job list
 //!   replayed through it on a timeline.
@@ -17,6 +18,7 @@ pub mod memory;
 pub mod policy;
 pub mod prefix;
 pub mod qwen;
+pub mod sample;
 pub mod schedule;
 pub mod session;
 pub mod stepper;

@@ -14,8 +14,8 @@
 //! a session's logits are bit-identical whether it steps alone or batched with others, and
 //! whether its prompt was prefilled whole, in chunks or token by token. Norms and rotary
 //! embedding are candle's, per row. Greedy ids equal those of
-//! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::greedy_batch`], what
-//! the engine runs) reads the head through its screen ([`crate::greedy`]): the same ids, for a
+//! transformers (tests check it). A step that wants only greedy ids ([`Qwen2::next_batch`], what
+//! the engine runs for greedy sessions) reads the head through its screen ([`crate::greedy`]): the same ids, for a
 //! quarter of the head's bytes in F32.
 
 use crate::greedy::{self, Screen};
@@ -175,6 +175,25 @@ struct Layer {
     down: Proj,
     attn_norm: Tensor,
     ffn_norm: Tensor,
+}
+
+/// What a step needs from an item's last position ([`Qwen2::next_batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// No token: a prefill chunk that does not end its prompt.
+    Nothing,
+    /// The greedy id.
+    Greedy,
+    /// Every logit, to sample from.
+    Logits,
+}
+
+/// What a step got for an item, as its [`Want`] asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Nothing,
+    Id(u32),
+    Logits(Vec<f32>),
 }
 
 /// The shared, read-only model.
@@ -714,22 +733,34 @@ impl Qwen2 {
         kernel::on_pool(|| self.lm_head.forward(&self.last_hidden(items)?))
     }
 
-    /// One forward as [`Self::forward_batch`], returning the greedy id of each item's last
-    /// position (the first index of its largest logit, as over the logits), or None for items
-    /// whose `wanted` entry is false: a prefill chunk that does not end its prompt needs no head.
-    /// The head is read through its screen ([`crate::greedy`]): the same ids, without computing
-    /// every logit.
-    pub fn greedy_batch(&self, items: &mut [(&mut Cache, &[u32])], wanted: &[bool]) -> Result<Vec<Option<u32>>> {
-        assert_eq!(items.len(), wanted.len(), "one `wanted` per item");
+    /// One forward as [`Self::forward_batch`], returning for each item what its `wants` entry
+    /// asks of its last position: nothing (a prefill chunk that does not end its prompt needs no
+    /// head), the greedy id (the first index of its largest logit, as over the logits, read
+    /// through the head's screen ([`crate::greedy`]) without computing every logit), or every
+    /// logit (to sample from: the same bits as [`Self::forward_batch`]'s).
+    pub fn next_batch(&self, items: &mut [(&mut Cache, &[u32])], wants: &[Want]) -> Result<Vec<Next>> {
+        assert_eq!(items.len(), wants.len(), "one `wants` per item");
         kernel::on_pool(|| {
             let last = self.last_hidden(items)?;
-            let picked: Vec<u32> = (0..items.len() as u32).filter(|i| wanted[*i as usize]).collect();
-            if picked.is_empty() {
-                return Ok(vec![None; items.len()]);
+            let mut next = vec![Next::Nothing; items.len()];
+            for want in [Want::Greedy, Want::Logits] {
+                let rows: Vec<u32> = (0..items.len() as u32).filter(|i| wants[*i as usize] == want).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let x = last.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
+                if want == Want::Greedy {
+                    for (row, id) in rows.iter().zip(self.lm_head.greedy(&x)?) {
+                        next[*row as usize] = Next::Id(id);
+                    }
+                } else {
+                    let logits = self.lm_head.outputs(&x)?;
+                    for (row, logits) in rows.iter().zip(logits.chunks_exact(self.lm_head.out)) {
+                        next[*row as usize] = Next::Logits(logits.to_vec());
+                    }
+                }
             }
-            let picked = last.index_select(&Tensor::new(picked.as_slice(), &self.device)?, 0)?;
-            let mut ids = self.lm_head.greedy(&picked)?.into_iter();
-            Ok(wanted.iter().map(|w| if *w { ids.next() } else { None }).collect())
+            Ok(next)
         })
     }
 
@@ -968,10 +999,17 @@ mod tests {
         assert_eq!(bits(&both.get(1).unwrap().to_vec1::<f32>().unwrap()), bits(&short_ref));
         // And the short one first: the long one starts in the first slice beside it.
         let (mut a, mut b) = (model.new_cache(long.len()).unwrap(), model.new_cache(short.len()).unwrap());
-        let ids = model.greedy_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[true, true]).unwrap();
+        // The short one's greedy id through the screen, the long one's logits in full.
+        let next = model.next_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[Want::Greedy, Want::Logits]);
         let argmax =
             |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
-        assert_eq!(ids, vec![Some(argmax(&short_ref)), Some(argmax(&long_ref))]);
+        match &next.unwrap()[..] {
+            [Next::Id(id), Next::Logits(logits)] => {
+                assert_eq!(*id, argmax(&short_ref));
+                assert_eq!(bits(logits), bits(&long_ref));
+            }
+            other => panic!("asked for an id and logits, got {other:?}"),
+        }
         // A forward past its cache is refused before any slice is computed.
         let mut small = model.new_cache(SLICE_ROWS).unwrap();
         assert!(model.forward(&mut small, &long).is_err());

@@ -8,6 +8,7 @@
 
 use crate::load::LoadedModel;
 use crate::policy::Policy;
+use crate::sample::Sampling;
 use crate::session::{BudgetError, EngineError, FinishReason, Session, StepKind};
 use crate::stepper::Stepper;
 use schemars::JsonSchema;
@@ -22,6 +23,8 @@ pub struct Job {
     pub max_new_tokens: usize,
     /// When the job arrives, from the scheduler's start.
     pub arrival_ms: f64,
+    /// How its ids are picked (greedy by default).
+    pub sampling: Sampling,
 }
 
 impl Job {
@@ -29,7 +32,13 @@ impl Job {
     /// template and tokenized.
     pub fn from_spec(model: &LoadedModel, spec: &JobSpec) -> Result<Self, crate::load::LoadError> {
         let (_, prompt_ids) = model.encode_user_prompt(&spec.prompt)?;
-        Ok(Job { id: spec.id.clone(), prompt_ids, max_new_tokens: spec.max_new_tokens, arrival_ms: spec.arrival_ms })
+        Ok(Job {
+            id: spec.id.clone(),
+            prompt_ids,
+            max_new_tokens: spec.max_new_tokens,
+            arrival_ms: spec.arrival_ms,
+            sampling: Sampling::GREEDY,
+        })
     }
 }
 
@@ -271,7 +280,8 @@ pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOu
         // Admitted in arrival order, each once it has arrived and its prompt's blocks are free.
         while stepper.has_room() {
             let Some(&job) = pending.peek().filter(|j| j.arrival_ms <= now_ms) else { break };
-            let session = Session::in_pool(model, &pool, job.prompt_ids.clone(), job.max_new_tokens)?;
+            let session = Session::in_pool(model, &pool, job.prompt_ids.clone(), job.max_new_tokens)?
+                .with_sampling(job.sampling)?;
             if !stepper.fits(&session) {
                 break;
             }

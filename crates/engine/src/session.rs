@@ -2,8 +2,9 @@
 //! a time by whoever schedules it.
 //!
 //! A step is either a prefill chunk (any length, at its position offset) or one decode token.
-//! Decoding is greedy: a step asks the model for ids, not logits, and a prefill chunk that does
-//! not end the prompt skips the head. Sessions share the model's weights; each owns a cache, in a
+//! A greedy session (the default) asks the model for ids, not logits; a sampling one asks for
+//! its logits and draws from them ([`crate::sample`]); a prefill chunk that does not end the
+//! prompt skips the head. Sessions share the model's weights; each owns a cache, in a
 //! pool of its own allocated for its whole length (prompt plus cap), or in a pool shared with
 //! other sessions, taking blocks as it fills ([`crate::qwen::KvPool`]). A session in a shared pool
 //! can be preempted: its blocks are given back and it is later prefilled again from position 0
@@ -17,7 +18,8 @@
 
 use crate::load::LoadedModel;
 use crate::policy::Candidate;
-use crate::qwen::{Cache, KvPool, Qwen2};
+use crate::qwen::{Cache, KvPool, Next, Qwen2, Want};
+use crate::sample::{Sampling, SamplingError};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,9 @@ pub enum EngineError {
     /// A KV budget too small for a job.
     #[error(transparent)]
     Budget(#[from] BudgetError),
+    /// A sampling setting out of its range.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
 }
 
 /// Why a run cannot keep its KV budget.
@@ -97,6 +102,7 @@ pub struct Session {
     prompt_len: usize,
     max_new_tokens: usize,
     stop_ids: Vec<u32>,
+    sampling: Sampling,
     finished: Option<FinishReason>,
     preemptions: usize,
     /// Positions taken from the prefix cache over its life, and those not yet reported by a step.
@@ -151,6 +157,7 @@ impl Session {
             prompt_len,
             max_new_tokens,
             stop_ids: model.stop_ids.clone(),
+            sampling: Sampling::GREEDY,
             finished: None,
             preemptions: 0,
             reused: 0,
@@ -163,6 +170,13 @@ impl Session {
     pub fn without_stop_ids(mut self) -> Self {
         self.stop_ids.clear();
         self
+    }
+
+    /// The same session, picking its ids by `sampling` (checked) instead of greedily.
+    pub fn with_sampling(mut self, sampling: Sampling) -> Result<Self, EngineError> {
+        sampling.check()?;
+        self.sampling = sampling;
+        Ok(self)
     }
 
     pub fn is_finished(&self) -> bool {
@@ -324,8 +338,23 @@ impl Session {
         }
     }
 
-    /// Records the step `plan` and the token it generated (its greedy id, when it produces one).
-    fn accept(&mut self, plan: Plan, token: Option<u32>) -> StepOutcome {
+    /// What the step `plan` needs of the head.
+    fn wants(&self, plan: &Plan) -> Want {
+        match (self.produces_token(plan), self.sampling.is_greedy()) {
+            (false, _) => Want::Nothing,
+            (true, true) => Want::Greedy,
+            (true, false) => Want::Logits,
+        }
+    }
+
+    /// Records the step `plan` and the token it generated, when it produces one: the greedy id,
+    /// or the id drawn from the logits at the position it takes.
+    fn accept(&mut self, plan: Plan, next: Next) -> StepOutcome {
+        let token = match next {
+            Next::Nothing => None,
+            Next::Id(id) => Some(id),
+            Next::Logits(mut logits) => Some(self.sampling.pick(&mut logits, &self.tokens, self.tokens.len())),
+        };
         debug_assert_eq!(token.is_some(), self.produces_token(&plan));
         if let Some(t) = token {
             self.tokens.push(t);
@@ -364,8 +393,8 @@ pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Re
         s.attach_prefix();
     }
     let plans: Vec<Plan> = sessions.iter().zip(chunks).map(|(s, c)| s.plan(*c)).collect();
-    let wanted: Vec<bool> = sessions.iter().zip(&plans).map(|(s, plan)| s.produces_token(plan)).collect();
-    let tokens = {
+    let wants: Vec<Want> = sessions.iter().zip(&plans).map(|(s, plan)| s.wants(plan)).collect();
+    let next = {
         let mut items: Vec<(&mut Cache, &[u32])> = sessions
             .iter_mut()
             .zip(&plans)
@@ -374,7 +403,7 @@ pub fn step_batch(sessions: &mut [&mut Session], chunks: &[Option<usize>]) -> Re
                 (cache, &tokens[plan.position..plan.position + plan.tokens])
             })
             .collect();
-        model.greedy_batch(&mut items, &wanted)?
+        model.next_batch(&mut items, &wants)?
     };
-    Ok(sessions.iter_mut().zip(plans).zip(tokens).map(|((s, plan), token)| s.accept(plan, token)).collect())
+    Ok(sessions.iter_mut().zip(plans).zip(next).map(|((s, plan), next)| s.accept(plan, next)).collect())
 }

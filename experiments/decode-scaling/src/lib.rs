@@ -151,7 +151,7 @@ pub type Expectations = Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
-    /// This project's engine: `Qwen2::greedy_batch` for decode (the greedy id through the head's
+    /// This project's engine: `Qwen2::next_batch` for decode (the greedy id through the head's
     /// screen, as the engine runs it), `Session` steps for prefill.
     Ours,
     /// candle-transformers' `qwen2::ModelForCausalLM`, one forward per step, argmax of its logits.
@@ -240,7 +240,7 @@ pub struct Artifact {
 /// What the numbers are and are not (every artifact's `notes`).
 pub const NOTES: &str =
     "Wall-clock times on this machine, both loops in one process taking turns point by point. Ours decodes \
-                through Qwen2::greedy_batch over caches marked filled to the context (a step's work does not depend \
+                through Qwen2::next_batch (greedy ids) over caches marked filled to the context (a step's work does not depend \
                 on the cached values) and prefills through Session steps; the stock loop is candle-transformers' \
                 qwen2::ModelForCausalLM in F32 with its own concatenating KV cache, filled by real forwards, and \
                 takes the argmax of its logits.";

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use common::experiment::prepare;
 use common::load::LoadedModel;
+use common::qwen::Want;
 use common::session::Session;
 use common::stock::Stock;
 use decode_scaling::{
@@ -121,12 +122,12 @@ fn ours_decode(model: &LoadedModel, context: usize, batch: usize, steps: usize) 
         cache.assume_filled(context)?;
         caches.push(cache);
     }
-    let wanted = vec![true; batch];
+    let wants = vec![Want::Greedy; batch];
     let mut times = Vec::with_capacity(steps);
     for step in 0..=steps {
         let mut items: Vec<_> = caches.iter_mut().map(|c| (c, &[1u32][..])).collect();
         let t = Instant::now();
-        model.model.greedy_batch(&mut items, &wanted)?;
+        model.model.next_batch(&mut items, &wants)?;
         if step > 0 {
             times.push(ms(t));
         }

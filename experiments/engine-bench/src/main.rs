@@ -10,7 +10,7 @@ use common::gguf::WeightType;
 use common::kernel::ReadProbe;
 use common::load::LoadedModel;
 use common::policy::Policy;
-use common::qwen::{Cache, WeightDtype};
+use common::qwen::{Cache, Want, WeightDtype};
 use common::schedule::{self, Job, RunConfig};
 use common::session::Session;
 use common::stock::Stock;
@@ -160,10 +160,10 @@ fn run(args: Args) -> Result<()> {
         Ok(cache)
     };
     let step = |caches: Vec<&mut Cache>| -> Result<f64> {
-        let wanted = vec![true; caches.len()];
+        let wants = vec![Want::Greedy; caches.len()];
         let mut items: Vec<_> = caches.into_iter().map(|c| (c, &[1u32][..])).collect();
         let t = Instant::now();
-        model.model.greedy_batch(&mut items, &wanted)?;
+        model.model.next_batch(&mut items, &wants)?;
         Ok(t.elapsed().as_secs_f64() * 1000.0)
     };
     let (mut short, mut long) = (filled(p.short_context)?, filled(p.long_context)?);

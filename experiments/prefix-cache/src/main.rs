@@ -3,6 +3,7 @@
 
 use common::experiment::{claims_table, judge_claims, prepare, Experiment};
 use common::policy::Policy;
+use common::sample::Sampling;
 use common::schedule::{self, Job, RunConfig};
 use prefix_cache::{
     cached_ttft, draw_prompts, ids_identical, job_id, point_label, requests_of, summarize_runs, tokens_per_s, Artifact,
@@ -30,6 +31,7 @@ fn main() {
                             prompt_ids: ids.clone(),
                             max_new_tokens: p.max_new_tokens,
                             arrival_ms: 0.0,
+                            sampling: Sampling::GREEDY,
                         })
                         .collect();
                     let config = RunConfig {

@@ -1,0 +1,233 @@
+//! Sampling the next token from a step's logits, reproducibly.
+//!
+//! The filters run in the order transformers' `generate` applies them: the repetition penalty
+//! over every id the sequence holds (prompt and output), then temperature, top-k, top-p and
+//! min-p, then one draw from the softmax of what is left. Each is the same rule as there:
+//!
+//! - repetition penalty `r`: a held id's logit `l` becomes `l / r` when `l > 0`, else `l · r`;
+//! - temperature `t`: every logit is divided by `t`;
+//! - top-k: logits below the k-th largest are dropped (ties with it stay);
+//! - top-p: over the logits in ascending order, those whose cumulative probability is at most
+//!   `1 − p` are dropped; at least the largest stays;
+//! - min-p: ids whose probability is below `min_p` times the largest probability are dropped.
+//!
+//! The draw is the inverse of the cumulative distribution (in f64, over the kept ids from the
+//! most likely down, ties in id order) at a uniform number from a counter-based generator:
+//! ChaCha8 keyed by the request's seed, on the stream numbered by the position the new token
+//! takes. So a request's ids depend only on the model, its prompt, its settings and its seed:
+//! never on its batch-mates, the policy, the chunk size, the thread count, or a preemption
+//! (which prefills again and draws the same number at the same position).
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a session picks its next token. The default, temperature 0, is greedy: the first index of
+/// the largest logit, through the head's screen, with every other setting ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sampling {
+    /// Divides the logits; 0 is greedy.
+    pub temperature: f32,
+    /// Keeps the `top_k` largest logits; 0 keeps all.
+    pub top_k: u32,
+    /// Keeps the smallest set of most likely ids whose probability reaches `top_p`; 1 keeps all.
+    pub top_p: f32,
+    /// Drops ids less likely than `min_p` times the most likely; 0 keeps all.
+    pub min_p: f32,
+    /// Divides (or, for negative logits, multiplies) the logits of ids already in the sequence;
+    /// 1 leaves them.
+    pub repetition_penalty: f32,
+    /// Keys the generator: the same seed draws the same numbers at the same positions.
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling::GREEDY
+    }
+}
+
+/// A setting out of its range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("sampling `{field}` is {value}: it must be {want}")]
+pub struct SamplingError {
+    pub field: &'static str,
+    pub value: f32,
+    pub want: &'static str,
+}
+
+impl Sampling {
+    /// Temperature 0: the greedy id.
+    pub const GREEDY: Sampling =
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 };
+
+    /// Whether the next id is the greedy one (temperature 0).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Checks every setting's range.
+    pub fn check(&self) -> Result<(), SamplingError> {
+        let bad = |field, value, want| Err(SamplingError { field, value, want });
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature", self.temperature, "a finite number >= 0 (0 is greedy)");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", self.top_p, "above 0 and at most 1");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", self.min_p, "from 0 to 1");
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition_penalty", self.repetition_penalty, "a finite number above 0 (1 is none)");
+        }
+        Ok(())
+    }
+
+    /// The id drawn at `position` (the position the new token takes) from `logits`, a sequence
+    /// that holds `held` (its prompt and output so far). `logits` is rewritten by the filters.
+    pub fn pick(&self, logits: &mut [f32], held: &[u32], position: usize) -> u32 {
+        let kept = self.distribution(logits, held);
+        let u = uniform(self.seed, position);
+        let mut below = 0.0;
+        for &(id, p) in &kept {
+            below += p;
+            if u < below {
+                return id;
+            }
+        }
+        // Rounding left the sum a hair under 1 and `u` above it: the least likely kept id.
+        kept.last().expect("a distribution keeps at least one id").0
+    }
+
+    /// The filtered distribution `pick` draws from: the kept ids from the most likely down (ties
+    /// in id order), each with its probability (summing to 1 up to rounding). `logits` is
+    /// rewritten by the penalty and the temperature.
+    pub fn distribution(&self, logits: &mut [f32], held: &[u32]) -> Vec<(u32, f64)> {
+        assert!(!logits.is_empty(), "sampling from no logits");
+        if self.repetition_penalty != 1.0 {
+            let mut seen = vec![false; logits.len()];
+            for &id in held {
+                if let Some(l) =
+                    logits.get_mut(id as usize).filter(|_| !std::mem::replace(&mut seen[id as usize], true))
+                {
+                    *l = if *l > 0.0 { *l / self.repetition_penalty } else { *l * self.repetition_penalty };
+                }
+            }
+        }
+        if self.temperature != 1.0 && self.temperature != 0.0 {
+            for l in logits.iter_mut() {
+                *l /= self.temperature;
+            }
+        }
+        // The ids top-k keeps (all of them when it is off), then sorted from the largest logit.
+        let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        let k = self.top_k as usize;
+        if k > 0 && k < ids.len() {
+            ids.select_nth_unstable_by(k - 1, by_logit);
+            let kth = logits[ids[k - 1] as usize];
+            ids.retain(|id| logits[*id as usize] >= kth);
+        }
+        ids.sort_unstable_by(by_logit);
+        let mut kept = softmax(logits, &ids);
+        if self.top_p < 1.0 {
+            // Ascending, an id goes when the mass up to and including it is at most 1 − p: from
+            // the top, when the mass strictly above it is at least p.
+            let mut above = 0.0;
+            let n = kept
+                .iter()
+                .take_while(|(_, p)| {
+                    let keep = above < self.top_p as f64;
+                    above += p;
+                    keep
+                })
+                .count();
+            kept.truncate(n.max(1));
+            kept = renormalized(kept);
+        }
+        if self.min_p > 0.0 {
+            let floor = self.min_p as f64 * kept[0].1;
+            kept.retain(|(_, p)| *p >= floor);
+            kept = renormalized(kept);
+        }
+        kept
+    }
+}
+
+/// The softmax of `logits` over `ids` (in f64), in `ids`' order; `ids` starts with the largest.
+fn softmax(logits: &[f32], ids: &[u32]) -> Vec<(u32, f64)> {
+    let max = logits[ids[0] as usize] as f64;
+    let mut kept: Vec<(u32, f64)> = ids.iter().map(|&id| (id, (logits[id as usize] as f64 - max).exp())).collect();
+    let sum: f64 = kept.iter().map(|(_, e)| e).sum();
+    for (_, p) in &mut kept {
+        *p /= sum;
+    }
+    kept
+}
+
+fn renormalized(mut kept: Vec<(u32, f64)>) -> Vec<(u32, f64)> {
+    let sum: f64 = kept.iter().map(|(_, p)| p).sum();
+    for (_, p) in &mut kept {
+        *p /= sum;
+    }
+    kept
+}
+
+/// A uniform number in [0, 1) for `position` of a request seeded `seed`: the first 53 bits of
+/// ChaCha8's stream number `position` under key `seed`.
+pub fn uniform(seed: u64, position: usize) -> f64 {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(position as u64);
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(s: Sampling, logits: &[f32], held: &[u32]) -> Vec<u32> {
+        s.distribution(&mut logits.to_vec(), held).into_iter().map(|(id, _)| id).collect()
+    }
+
+    #[test]
+    fn top_k_keeps_ties_with_the_kth_and_orders_ties_by_id() {
+        let s = Sampling { temperature: 1.0, top_k: 2, ..Sampling::GREEDY };
+        assert_eq!(kept(s, &[1.0, 3.0, 2.0, 2.0, 0.5], &[]), [1, 2, 3]);
+    }
+
+    #[test]
+    fn top_p_keeps_the_fewest_ids_that_reach_it_and_never_none() {
+        // Probabilities 0.5, 0.25, 0.125, 0.125 (logits are their logarithms).
+        let logits = [0.5f32, 0.25, 0.125, 0.125].map(f32::ln);
+        let top_p = |p| kept(Sampling { temperature: 1.0, top_p: p, ..Sampling::GREEDY }, &logits, &[]);
+        assert_eq!(top_p(0.5), [0]);
+        assert_eq!(top_p(0.6), [0, 1]);
+        assert_eq!(top_p(0.75), [0, 1]);
+        // Of two tied ids, the later one goes first (ascending, ties in reverse id order).
+        assert_eq!(top_p(0.8), [0, 1, 2]);
+        assert_eq!(top_p(0.9), [0, 1, 2, 3]);
+        assert_eq!(top_p(f32::MIN_POSITIVE), [0]);
+    }
+
+    #[test]
+    fn the_penalty_lowers_held_ids_whatever_their_sign_once_each() {
+        let s = Sampling { temperature: 1.0, repetition_penalty: 2.0, ..Sampling::GREEDY };
+        let mut logits = [4.0f32, -1.0, 3.0];
+        s.distribution(&mut logits, &[0, 1, 0, 0, 99]);
+        assert_eq!(logits, [2.0, -2.0, 3.0]);
+    }
+
+    #[test]
+    fn settings_out_of_range_are_named() {
+        let bad = |s: Sampling| s.check().unwrap_err().field;
+        assert_eq!(bad(Sampling { temperature: -0.1, ..Sampling::GREEDY }), "temperature");
+        assert_eq!(bad(Sampling { temperature: f32::NAN, ..Sampling::GREEDY }), "temperature");
+        assert_eq!(bad(Sampling { top_p: 0.0, ..Sampling::GREEDY }), "top_p");
+        assert_eq!(bad(Sampling { min_p: 1.5, ..Sampling::GREEDY }), "min_p");
+        assert_eq!(bad(Sampling { repetition_penalty: 0.0, ..Sampling::GREEDY }), "repetition_penalty");
+        assert!(Sampling::GREEDY.check().is_ok());
+    }
+}
