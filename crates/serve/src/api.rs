@@ -183,6 +183,8 @@ fn submit(state: &AppState, prepared: &Prepared) -> Result<mpsc::UnboundedReceiv
         prompt_ids: prepared.prompt_ids.clone(),
         max_tokens: prepared.max_tokens,
         ignore_eos: prepared.request.ignore_eos,
+        sampling: prepared.request.sampling,
+        stop: prepared.request.stop.clone(),
         tx,
         received: Instant::now(),
     };

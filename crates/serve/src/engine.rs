@@ -5,8 +5,10 @@
 //! fails inside a step fails alone (with the others in that step), and the engine goes on.
 
 use super::metrics::Metrics;
+use super::stop::StopText;
 use super::Settings;
 use common::load::LoadedModel;
+use common::sample::Sampling;
 use common::session::{FinishReason, Session, StepKind, StepOutcome};
 use common::stepper::{StepTimes, Stepper};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +21,8 @@ pub(crate) struct Job {
     pub prompt_ids: Vec<u32>,
     pub max_tokens: usize,
     pub ignore_eos: bool,
+    pub sampling: Sampling,
+    pub stop: Vec<String>,
     pub tx: mpsc::UnboundedSender<Event>,
     pub received: Instant,
 }
@@ -86,6 +90,9 @@ impl Drop for AliveGuard {
 struct Active {
     job: Job,
     text: Detokenizer,
+    /// The stop strings, and whether one has appeared (the answer ends at this step).
+    stop: StopText,
+    stopped: bool,
     prompt_eval: Duration,
     eval: Duration,
     /// Prompt tokens its first prefill found cached (`None` before that step).
@@ -127,7 +134,9 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                         state.cancelled.fetch_add(1, Ordering::SeqCst);
                         continue;
                     }
-                    match Session::in_pool(&model, &settings.kv, job.prompt_ids.clone(), job.max_tokens) {
+                    let session = Session::in_pool(&model, &settings.kv, job.prompt_ids.clone(), job.max_tokens)
+                        .and_then(|s| s.with_sampling(job.sampling));
+                    match session {
                         Ok(session) if stepper.could_fit(&session) => {
                             let session = if job.ignore_eos { session.without_stop_ids() } else { session };
                             (job, session)
@@ -157,9 +166,12 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
             }
             state.active.fetch_add(1, Ordering::SeqCst);
             metrics.prompt_tokens.inc_by(job.prompt_ids.len() as u64);
+            let stop = StopText::new(job.stop.clone());
             let active = Active {
                 job,
                 text: Detokenizer::default(),
+                stop,
+                stopped: false,
                 prompt_eval: Duration::ZERO,
                 eval: Duration::ZERO,
                 cached: None,
@@ -194,9 +206,11 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
         if step_tokens > 0 {
             metrics.iteration_tokens.observe(step_tokens as f64);
         }
-        for (mut a, session) in stepped.finished {
+        // An answer a stop string ended leaves now, like one its stop id ended.
+        let stopped = stepper.retain(|a| !a.stopped);
+        for (mut a, session) in stepped.finished.into_iter().chain(stopped) {
             metrics.e2e_request_latency.observe((stepped.times.ended - a.job.received).as_secs_f64());
-            a.finish(&model, &session);
+            a.finish(&model, session);
             state.active.fetch_sub(1, Ordering::SeqCst);
             state.completed.fetch_add(1, Ordering::SeqCst);
         }
@@ -235,18 +249,37 @@ impl Active {
                 Some(previous) => metrics.inter_token_latency.observe((times.ended - previous).as_secs_f64()),
             }
             if let Some(text) = self.text.next(model, session.output(), false) {
-                let _ = self.job.tx.send(Event::Text { text, tokens: session.output().len() });
+                self.send(text, session);
             }
         }
     }
 
-    /// Sends what text is left (an incomplete character at the very end included), then the end.
-    fn finish(&mut self, model: &LoadedModel, session: &Session) {
-        if let Some(text) = self.text.next(model, session.output(), true) {
-            let _ = self.job.tx.send(Event::Text { text, tokens: session.output().len() });
+    /// Sends `text` less any stop string and what follows it (or what could still begin one).
+    fn send(&mut self, text: String, session: &Session) {
+        if self.stopped {
+            return;
         }
+        let fed = self.stop.feed(&text);
+        self.stopped = fed.stopped;
+        if !fed.text.is_empty() {
+            let _ = self.job.tx.send(Event::Text { text: fed.text, tokens: session.output().len() });
+        }
+    }
+
+    /// Sends what text is left (an incomplete character at the very end included, and what was
+    /// held back for a stop string that never came), then the end, once the session (and its
+    /// KV blocks) is gone: a client that reads `/health` after its answer sees them free.
+    fn finish(&mut self, model: &LoadedModel, session: Session) {
+        if let Some(text) = self.text.next(model, session.output(), true) {
+            self.send(text, &session);
+        }
+        let held = if self.stopped { String::new() } else { self.stop.flush() };
+        if !held.is_empty() {
+            let _ = self.job.tx.send(Event::Text { text: held, tokens: session.output().len() });
+        }
+        let reason = if self.stopped { Some(FinishReason::Stop) } else { session.finish_reason() };
         let done = Finished {
-            reason: session.finish_reason().unwrap_or(FinishReason::Length),
+            reason: reason.unwrap_or(FinishReason::Length),
             prompt_tokens: session.prompt_len(),
             cached_tokens: self.cached.unwrap_or(0),
             output_ids: session.output().to_vec(),
@@ -254,6 +287,7 @@ impl Active {
             eval: self.eval,
             total: self.job.received.elapsed(),
         };
+        drop(session);
         let _ = self.job.tx.send(Event::Done(done));
     }
 }

@@ -15,12 +15,14 @@
 //!   step.
 //! - `conn`: connections, with TCP_NODELAY, a bound, and header and idle timeouts.
 //! - `metrics`: `/metrics`, the engine's state and latencies for Prometheus scrapers.
+//! - `stop`: stop strings matched in the text as it is made, across tokens, never sent.
 
 mod api;
 mod conn;
 mod engine;
 mod metrics;
 pub mod request;
+mod stop;
 
 pub use conn::ConnectionState;
 pub use engine::EngineState;

@@ -3,9 +3,14 @@
 //! field, never a panic: the property tests feed this generated and mutated bodies.
 //!
 //! Fields the server has no use for are ignored, as other servers do; fields that would change
-//! the answer in a way this greedy, single-choice server cannot honour (`n` > 1, `logprobs`,
-//! `stop`, `tools`, `echo`, ...) are refused rather than silently dropped.
+//! the answer in a way this single-choice server cannot honour (`n` > 1, `logprobs`, `tools`,
+//! `echo`, a non-zero presence penalty, ...) are refused rather than silently dropped.
+//!
+//! Sampling: temperature 0 (greedy) unless a request sets one, as the checkpoints'
+//! `generation_config.json` says (`do_sample` false), not OpenAI's 1: an answer is reproducible
+//! unless its request asks otherwise. A sampling request without a `seed` gets one from the clock.
 
+use common::sample::Sampling;
 use serde_json::{Map, Value};
 
 /// The four generation endpoints.
@@ -61,7 +66,7 @@ pub enum Input {
 }
 
 /// A generation request with every field checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GenerationRequest {
     pub model: String,
     pub input: Input,
@@ -76,7 +81,14 @@ pub struct GenerationRequest {
     pub continuous_usage: bool,
     /// vLLM's `ignore_eos`: generate up to the cap whatever the model emits.
     pub ignore_eos: bool,
+    /// How the next ids are picked (checked).
+    pub sampling: Sampling,
+    /// Texts that end the answer where they first appear (never sent themselves).
+    pub stop: Vec<String>,
 }
+
+/// The most stop strings a request may give (OpenAI's limit).
+pub const MAX_STOPS: usize = 4;
 
 /// Checks the declared content type: a JSON type, none at all, or (for Ollama's API, whose own
 /// documentation posts with plain `curl -d`) curl's form default. Anything else is a 415.
@@ -142,7 +154,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 Some(_) => return Err(Rejection::bad("stream_options", "`stream_options` must be an object")),
             };
             let ignore_eos = optional_bool("ignore_eos", obj.get("ignore_eos"))?.unwrap_or(false);
-            sampling(obj, false)?;
+            let (sampling, stop) = sampling(obj, false)?;
             Ok(GenerationRequest {
                 model,
                 input,
@@ -152,6 +164,8 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 include_usage,
                 continuous_usage,
                 ignore_eos,
+                sampling,
+                stop,
             })
         }
         Endpoint::OllamaChat | Endpoint::OllamaGenerate => {
@@ -190,10 +204,11 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 }
             };
             let stream = optional_bool("stream", obj.get("stream"))?.unwrap_or(true); // Ollama streams by default
+            let (mut sampling_settings, mut stop) = (Sampling::GREEDY, Vec::new());
             let max_tokens = match obj.get("options") {
                 None | Some(Value::Null) => None,
                 Some(Value::Object(options)) => {
-                    sampling(options, true)?;
+                    (sampling_settings, stop) = sampling(options, true)?;
                     match options.get("num_predict") {
                         Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => {
                             return Err(Rejection::bad(
@@ -217,6 +232,8 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 include_usage: false,
                 continuous_usage: false,
                 ignore_eos: false,
+                sampling: sampling_settings,
+                stop,
             })
         }
     }
@@ -264,8 +281,11 @@ enum Range {
     AnyInteger,
     /// true or false.
     Bool,
-    /// Refused: the server cannot honour it, and dropping it would change the answer silently.
-    Unsupported,
+    /// Zero, or absent: the server cannot honour another value, and dropping it would change the
+    /// answer silently.
+    Zero,
+    /// A string or a list of at most [`MAX_STOPS`] non-empty strings.
+    Stops,
 }
 
 /// The sampling settings both APIs take, by their names in OpenAI's body (vLLM's extensions
@@ -273,14 +293,15 @@ enum Range {
 /// refused whichever API carries it.
 const SAMPLING: [(&str, &str, Range); 9] = [
     ("temperature", "temperature", Range::Number(0.0, 2.0)),
-    ("top_p", "top_p", Range::Number(0.0, 1.0)),
-    ("top_k", "top_k", Range::Integer(0, i32::MAX as i64)),
+    ("top_p", "top_p", Range::Positive(1.0)),
+    // vLLM's -1 (and 0) keep every id.
+    ("top_k", "top_k", Range::Integer(-1, i32::MAX as i64)),
     ("min_p", "min_p", Range::Number(0.0, 1.0)),
     ("seed", "seed", Range::AnyInteger),
     ("repetition_penalty", "repeat_penalty", Range::Positive(10.0)),
-    ("presence_penalty", "presence_penalty", Range::Number(-2.0, 2.0)),
-    ("frequency_penalty", "frequency_penalty", Range::Number(-2.0, 2.0)),
-    ("stop", "stop", Range::Unsupported),
+    ("presence_penalty", "presence_penalty", Range::Zero),
+    ("frequency_penalty", "frequency_penalty", Range::Zero),
+    ("stop", "stop", Range::Stops),
 ];
 
 /// Ollama's other documented options: checked for type, then unused (this server's context,
@@ -324,9 +345,18 @@ fn check_setting(field: &str, value: &Value, range: Range) -> Result<(), Rejecti
         }
         Range::AnyInteger => (value.as_i64().is_some() || value.as_u64().is_some(), "an integer".to_string()),
         Range::Bool => (value.is_boolean(), "true or false".to_string()),
-        Range::Unsupported if is_empty(value) || value == &Value::Bool(false) => (true, String::new()),
-        Range::Unsupported => {
-            return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")))
+        Range::Zero if value.as_f64() == Some(0.0) => (true, String::new()),
+        Range::Zero => {
+            let message = format!("`{field}` other than 0 is not supported by this server; use repetition_penalty");
+            return Err(Rejection::bad(field, message));
+        }
+        Range::Stops => {
+            let strings: Vec<&Value> = match value {
+                Value::Array(items) => items.iter().collect(),
+                one => vec![one],
+            };
+            let ok = strings.len() <= MAX_STOPS && strings.iter().all(|s| s.as_str().is_some_and(|s| !s.is_empty()));
+            (ok, format!("a non-empty string or a list of at most {MAX_STOPS} of them"))
         }
     };
     if ok {
@@ -336,15 +366,16 @@ fn check_setting(field: &str, value: &Value, range: Range) -> Result<(), Rejecti
     }
 }
 
-/// Sampling settings, in an OpenAI body (`ollama` false) or Ollama's `options` (named
-/// `options.<name>`): checked for type and range by one rule for both APIs, then unused, since
-/// the server is greedy (temperature 0 whatever is asked, as the README says).
-fn sampling(obj: &Map<String, Value>, ollama: bool) -> Result<(), Rejection> {
+/// Sampling settings and stop strings, in an OpenAI body (`ollama` false) or Ollama's `options`
+/// (named `options.<name>`): checked for type and range by one rule for both APIs.
+fn sampling(obj: &Map<String, Value>, ollama: bool) -> Result<(Sampling, Vec<String>), Rejection> {
     let prefix = if ollama { "options." } else { "" };
+    let mut settings = Map::new();
     for (openai, in_options, range) in SAMPLING {
         let name = if ollama { in_options } else { openai };
-        if let Some(v) = obj.get(name) {
+        if let Some(v) = obj.get(name).filter(|v| !v.is_null()) {
             check_setting(&format!("{prefix}{name}"), v, range)?;
+            settings.insert(openai.to_string(), v.clone());
         }
     }
     if ollama {
@@ -354,7 +385,35 @@ fn sampling(obj: &Map<String, Value>, ollama: bool) -> Result<(), Rejection> {
             }
         }
     }
-    Ok(())
+    // Checked above: every number is in its range and every conversion below exact enough.
+    let number = |name: &str, default: f32| settings.get(name).and_then(Value::as_f64).map_or(default, |x| x as f32);
+    let seed = match settings.get("seed") {
+        Some(v) => v.as_u64().or_else(|| v.as_i64().map(|s| s as u64)).unwrap_or_default(),
+        None => clock_seed(),
+    };
+    let sampling = Sampling {
+        temperature: number("temperature", 0.0),
+        top_k: settings.get("top_k").and_then(Value::as_i64).map_or(0, |k| k.max(0) as u32),
+        top_p: number("top_p", 1.0),
+        min_p: number("min_p", 0.0),
+        repetition_penalty: number("repetition_penalty", 1.0),
+        seed,
+    };
+    // A value that passed its range but not the engine's (none should) is still named.
+    sampling.check().map_err(|e| Rejection::bad(format!("{prefix}{}", e.field), e.to_string()))?;
+    let stop = match settings.get("stop") {
+        Some(Value::String(one)) => vec![one.clone()],
+        Some(Value::Array(list)) => list.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    };
+    Ok((sampling, stop))
+}
+
+/// A seed for a sampling request that gave none: different for every request.
+fn clock_seed() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).rotate_left(32)
 }
 
 fn optional_bool(field: &str, v: Option<&Value>) -> Result<Option<bool>, Rejection> {
@@ -462,7 +521,10 @@ mod tests {
             (chat(r#","max_tokens":2.5"#), Some("max_tokens")),
             (chat(r#","max_completion_tokens":0"#), Some("max_completion_tokens")),
             (chat(r#","n":2"#), Some("n")),
-            (chat(r#","stop":["\n"]"#), Some("stop")),
+            (chat(r#","stop":["\n"]"#), None),
+            (chat(r#","stop":["a","b","c","d","e"]"#), Some("stop")),
+            (chat(r#","stop":[""]"#), Some("stop")),
+            (chat(r#","presence_penalty":0.5"#), Some("presence_penalty")),
             (chat(r#","temperature":3"#), Some("temperature")),
             (chat(r#","stream_options":{"include_usage":"yes"}"#), Some("stream_options.include_usage")),
             (chat(r#","stream_options":{"continuous_usage_stats":1}"#), Some("stream_options.continuous_usage_stats")),
@@ -476,7 +538,7 @@ mod tests {
         ];
         for (body, field) in cases {
             match (parse(Endpoint::OpenAiChat, None, body.as_bytes()), field) {
-                (Ok(r), None) => assert_eq!(r.max_tokens, Some(u64::MAX), "{body}"),
+                (Ok(r), None) => assert!([Some(u64::MAX), None].contains(&r.max_tokens), "{body}"),
                 (Err(e), Some(field)) => assert_eq!((e.status, e.param.as_str()), (400, field), "{body}: {e:?}"),
                 (other, _) => panic!("{body}: {other:?}"),
             }
@@ -502,7 +564,8 @@ mod tests {
         };
         // (OpenAI name, Ollama name, value, accepted)
         let cases = [
-            ("top_k", "top_k", "-1", false),
+            ("top_k", "top_k", "-2", false),
+            ("top_k", "top_k", "-1", true),
             ("top_k", "top_k", "40", true),
             ("top_k", "top_k", "\"40\"", false),
             ("min_p", "min_p", "0.05", true),
@@ -512,9 +575,15 @@ mod tests {
             ("repetition_penalty", "repeat_penalty", "0", false),
             ("seed", "seed", "-7", true),
             ("seed", "seed", "1.5", false),
-            ("stop", "stop", "[\"\\n\"]", false),
-            ("stop", "stop", "\"END\"", false),
+            ("top_p", "top_p", "0", false),
+            ("top_p", "top_p", "0.9", true),
+            ("presence_penalty", "presence_penalty", "0", true),
+            ("presence_penalty", "presence_penalty", "0.1", false),
+            ("stop", "stop", "[\"\\n\"]", true),
+            ("stop", "stop", "\"END\"", true),
             ("stop", "stop", "[]", true),
+            ("stop", "stop", "[\"a\", 7]", false),
+            ("stop", "stop", "\"\"", false),
         ];
         for (name, option, value, accepted) in cases {
             let (a, b) = (openai(name, value), ollama(option, value));
@@ -540,6 +609,29 @@ mod tests {
                 assert_eq!(e.param, format!("options.{option}"));
             }
         }
+    }
+
+    #[test]
+    fn both_apis_carry_the_same_settings_to_the_engine() {
+        let openai = br#"{"model":"m","prompt":"x","temperature":0.7,"top_k":50,"top_p":0.9,"min_p":0.05,
+                         "repetition_penalty":1.2,"seed":-1,"stop":"END"}"#;
+        let ollama = br#"{"model":"m","prompt":"x","raw":true,"options":{"temperature":0.7,"top_k":50,"top_p":0.9,
+                         "min_p":0.05,"repeat_penalty":1.2,"seed":18446744073709551615,"stop":["END"]}}"#;
+        let a = parse(Endpoint::OpenAiCompletions, None, openai).unwrap();
+        let b = parse(Endpoint::OllamaGenerate, None, ollama).unwrap();
+        let expected = Sampling {
+            temperature: 0.7,
+            top_k: 50,
+            top_p: 0.9,
+            min_p: 0.05,
+            repetition_penalty: 1.2,
+            seed: u64::MAX,
+        };
+        assert_eq!((a.sampling, b.sampling), (expected, expected));
+        assert_eq!((a.stop, b.stop), (vec!["END".to_string()], vec!["END".to_string()]));
+        // Unset: greedy, no stops; vLLM's top_k -1 is every id.
+        let r = parse(Endpoint::OpenAiCompletions, None, br#"{"model":"m","prompt":"x","top_k":-1}"#).unwrap();
+        assert!(r.sampling.is_greedy() && r.sampling.top_k == 0 && r.stop.is_empty());
     }
 
     #[test]

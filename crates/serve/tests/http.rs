@@ -723,3 +723,101 @@ async fn metrics_show_a_running_request_and_its_blocks() {
     assert_eq!(pending.await.unwrap().unwrap().status().as_u16(), 200);
     s.stop().await;
 }
+
+/// The text of a stream of OpenAI completion events, and its finish reason.
+fn streamed_text(body: &str) -> (String, String) {
+    let mut text = String::new();
+    let mut finish = String::new();
+    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).filter(|d| *d != "[DONE]") {
+        let v: Value = serde_json::from_str(data).unwrap();
+        text.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
+        if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+    }
+    (text, finish)
+}
+
+/// A request that sets a temperature is sampled: the same seed answers the same in both APIs
+/// and every time, whatever else the server is doing; another seed answers otherwise; and a
+/// request without a temperature is still greedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_sampling_request_answers_the_same_in_both_apis_and_unlike_greedy() {
+    let (s, base, _tmp) = server(|_| {}).await;
+    let http = reqwest::Client::new();
+    let prompt = "Explain cache invalidation.";
+    let openai = |seed: i64, temperature: f64| {
+        json!({"model": "tiny", "prompt": prompt, "max_tokens": 24, "temperature": temperature,
+               "top_k": 50, "top_p": 0.95, "min_p": 0.01, "repetition_penalty": 1.1, "seed": seed})
+    };
+    let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let (status, first) = post(&http, format!("{base}/v1/completions"), &openai(-7, 1.3)).await;
+    assert_eq!(status, 200, "{first}");
+    let sampled = text(&first);
+    // Again, three at once (batched with each other), and streamed.
+    let seeded = openai(-7, 1.3);
+    let again =
+        futures_util::future::join_all((0..3).map(|_| post(&http, format!("{base}/v1/completions"), &seeded))).await;
+    for (_, v) in &again {
+        assert_eq!(text(v), sampled, "the same seed in a batch");
+    }
+    let mut streamed = openai(-7, 1.3);
+    streamed["stream"] = json!(true);
+    let body = http.post(format!("{base}/v1/completions")).json(&streamed).send().await.unwrap().text().await.unwrap();
+    assert_eq!(streamed_text(&body).0, sampled, "the same seed streamed");
+    // Ollama's raw generate takes the same text as a completion, and the same options.
+    let options = json!({"temperature": 1.3, "top_k": 50, "top_p": 0.95, "min_p": 0.01, "repeat_penalty": 1.1,
+                         "seed": -7, "num_predict": 24});
+    let body = json!({"model": "tiny", "prompt": prompt, "raw": true, "stream": false, "options": options});
+    let (_, v) = post(&http, format!("{base}/api/generate"), &body).await;
+    assert_eq!(v["response"].as_str(), Some(sampled.as_str()), "Ollama's options");
+    let (_, other) = post(&http, format!("{base}/v1/completions"), &openai(8, 1.3)).await;
+    assert_ne!(text(&other), sampled, "another seed");
+    let greedy = json!({"model": "tiny", "prompt": prompt, "max_tokens": 24});
+    let (_, g1) = post(&http, format!("{base}/v1/completions"), &greedy).await;
+    let (_, g2) = post(&http, format!("{base}/v1/completions"), &openai(-7, 0.0)).await;
+    assert_eq!(text(&g1), text(&g2), "temperature 0 is greedy whatever the other settings");
+    assert_ne!(text(&g1), sampled, "sampling at 1.3 drew the greedy answer");
+    s.stop().await;
+}
+
+/// A stop string ends the answer where it first appears, in whole answers and in streams
+/// (matched across tokens), and its text is never sent; finish_reason is `stop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_string_ends_the_answer_before_it_in_both_apis() {
+    let (s, base, _tmp) = server(|_| {}).await;
+    let http = reqwest::Client::new();
+    let body = |extra: Value| {
+        let mut v = json!({"model": "tiny", "prompt": "Explain cache invalidation.", "max_tokens": 40});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let (_, full) = post(&http, format!("{base}/v1/completions"), &body(json!({}))).await;
+    let full = full["choices"][0]["text"].as_str().unwrap().to_string();
+    // A stop string from the middle of the answer, that begins a few characters in and spans
+    // more than one token's text (three characters of a byte-level vocabulary's answer).
+    let chars: Vec<(usize, char)> = full.char_indices().collect();
+    assert!(chars.len() > 12, "a long enough answer: {full:?}");
+    let (at, _) = chars[chars.len() / 2];
+    let stop: String = full[at..].chars().take(3).collect();
+    let first = full.find(&stop).unwrap();
+    let expected = &full[..first];
+    let (_, v) =
+        post(&http, format!("{base}/v1/completions"), &body(json!({"stop": [stop.clone(), "never appears"]}))).await;
+    assert_eq!(v["choices"][0]["text"], expected, "stop {stop:?} in {full:?}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let stream = body(json!({"stop": stop.clone(), "stream": true}));
+    let text = http.post(format!("{base}/v1/completions")).json(&stream).send().await.unwrap().text().await.unwrap();
+    assert_eq!(streamed_text(&text), (expected.to_string(), "stop".to_string()));
+    // Ollama's options.stop, streamed as lines.
+    let body = json!({"model": "tiny", "prompt": "Explain cache invalidation.", "raw": true,
+                      "options": {"num_predict": 40, "stop": [stop.clone()]}});
+    let lines = http.post(format!("{base}/api/generate")).json(&body).send().await.unwrap().text().await.unwrap();
+    let lines: Vec<Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let text: String = lines.iter().filter_map(|l| l["response"].as_str()).collect();
+    assert_eq!((text.as_str(), lines.last().unwrap()["done_reason"].as_str()), (expected, Some("stop")));
+    // The server still answers whole after stopped answers: their sessions were let go.
+    let h = wait_for(&http, &base, |h| h["active"] == 0).await;
+    assert_eq!(h["active"], 0);
+    s.stop().await;
+}
