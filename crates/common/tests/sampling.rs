@@ -5,7 +5,7 @@ mod support;
 
 use common::load::LoadedModel;
 use common::policy::Policy;
-use common::sample::{uniform, Sampling};
+use common::sample::{every, uniform, Sampling};
 use common::schedule::{self, request_metrics, Job, RunConfig};
 
 /// Every filter at once, as a product would set them.
@@ -35,29 +35,36 @@ fn ids(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Vec<(String, Vec
 #[test]
 fn a_seed_draws_the_same_ids_under_every_policy_chunk_budget_and_prefix_cache() {
     let model = LoadedModel::load(&support::tiny_dir()).unwrap();
-    let jobs = seed_jobs(&model, MIXED);
+    // Every logit (the penalty needs them), and top-k through the head's screen.
+    for sampling in [MIXED, Sampling { repetition_penalty: 1.0, ..MIXED }] {
+        same_ids_however_scheduled(&model, sampling);
+    }
+}
+
+fn same_ids_however_scheduled(model: &LoadedModel, sampling: Sampling) {
+    let jobs = seed_jobs(model, sampling);
     let tile = common::kernel::TILE;
     // The longest job's whole length: any tighter and it could never run.
     let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
     let alone =
         RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None, prefix_cache: false };
-    let expected = ids(&model, &jobs, alone);
+    let expected = ids(model, &jobs, alone);
     let mut preempted = 0;
     for policy in Policy::ALL {
         for chunk_size in [Some(1), Some(7), None] {
             for (max_active, kv_budget, prefix_cache) in [(3, None, false), (3, Some(tight), false), (2, None, true)] {
                 let config = RunConfig { policy, chunk_size, max_active, kv_budget, prefix_cache };
-                let outcome = schedule::run(&model, &jobs, config).unwrap();
+                let outcome = schedule::run(model, &jobs, config).unwrap();
                 preempted += outcome.finish.iter().map(|f| f.preemptions).sum::<usize>();
-                assert_eq!(ids(&model, &jobs, config), expected, "{config:?}");
+                assert_eq!(ids(model, &jobs, config), expected, "{config:?}");
             }
         }
     }
     assert!(preempted > 0, "the tight budget preempted some job somewhere");
     // Sampling did something: greedy ids differ, and so do another seed's.
-    let greedy = ids(&model, &seed_jobs(&model, Sampling::GREEDY), alone);
+    let greedy = ids(model, &seed_jobs(model, Sampling::GREEDY), alone);
     assert_ne!(greedy, expected, "sampled ids equal the greedy ones");
-    let reseeded = ids(&model, &seed_jobs(&model, Sampling { seed: 1000, ..MIXED }), alone);
+    let reseeded = ids(model, &seed_jobs(model, Sampling { seed: 1000, ..sampling }), alone);
     assert_ne!(reseeded, expected, "another seed drew the same ids");
 }
 
@@ -172,7 +179,7 @@ fn draws_follow_the_filtered_probabilities_for_each_filter_alone_and_combined() 
         let kept = expected.iter().filter(|p| **p > 0.0).count();
         let mut counts = vec![0usize; logits.len()];
         for position in 0..DRAWS {
-            let id = sampling.pick(&mut logits.clone(), &prompt, position);
+            let id = sampling.pick(every(&logits), &prompt, position);
             counts[id as usize] += 1;
         }
         let (stat, df) = chi_square(&counts, &expected, DRAWS, what);
@@ -184,8 +191,7 @@ fn draws_follow_the_filtered_probabilities_for_each_filter_alone_and_combined() 
         );
         // The filters keep what the reference keeps: the distribution `pick` draws from names
         // exactly the reference's ids.
-        let mut named: Vec<u32> =
-            sampling.distribution(&mut logits.clone(), &prompt).iter().map(|(id, _)| *id).collect();
+        let mut named: Vec<u32> = sampling.distribution(every(&logits), &prompt).iter().map(|(id, _)| *id).collect();
         named.sort_unstable();
         let reference: Vec<u32> = (0..expected.len() as u32).filter(|id| expected[*id as usize] > 0.0).collect();
         assert_eq!(named, reference, "{what}: the ids kept");

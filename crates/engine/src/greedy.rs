@@ -105,6 +105,15 @@ impl Screen {
     /// screen was built from, as stored. None for a row the screen cannot decide (activations
     /// not finite, or outputs that could overflow): full logits decide it.
     pub fn argmax<W: Weight>(&self, w: &[W], xs: &[f32]) -> Vec<Option<u32>> {
+        let top = self.top(w, xs, 1).into_iter();
+        top.map(|c| c.map(|(ids, exact)| ids[argmax(&exact) as usize] as u32)).collect()
+    }
+
+    /// For each activation row of `xs`, every row of `w` whose exact output could be among its
+    /// `n` largest (ties included), in index order, with those exact outputs (the same bits as a
+    /// full product's): what top-k sampling needs, without every logit. None where the screen
+    /// cannot decide, as for [`Self::argmax`].
+    pub fn top<W: Weight>(&self, w: &[W], xs: &[f32], n: usize) -> Vec<Option<(Vec<usize>, Vec<f32>)>> {
         let quantized: Vec<Option<Quantized>> = xs.chunks_exact(self.k).map(|x| self.quantize_x(x)).collect();
         let screened: Vec<(&[f32], &Quantized)> =
             xs.chunks_exact(self.k).zip(&quantized).filter_map(|(x, q)| Some((x, q.as_ref()?))).collect();
@@ -112,17 +121,17 @@ impl Screen {
         // `dots[j][m]`: weight row j against the m-th screened row.
         let dots = kernel::int_products(&self.q, &p, screened.len(), self.k);
         let acts: Vec<&Quantized> = screened.iter().map(|(_, q)| *q).collect();
-        let ids: Vec<u32> = screened
+        let top: Vec<(Vec<usize>, Vec<f32>)> = screened
             .par_iter()
-            .zip(self.candidates(&acts, &dots))
+            .zip(self.candidates(&acts, &dots, n))
             .map(|((x, _), candidates)| {
                 let exact = kernel::selected_rows(w, self.k, x, &candidates);
                 tracing::trace!(candidates = candidates.len(), "greedy screen");
-                candidates[argmax(&exact) as usize] as u32
+                (candidates, exact)
             })
             .collect();
-        let mut ids = ids.into_iter();
-        quantized.iter().map(|q| q.as_ref().and_then(|_| ids.next())).collect()
+        let mut top = top.into_iter();
+        quantized.iter().map(|q| q.as_ref().and_then(|_| top.next())).collect()
     }
 
     /// How far any row's exact logit against `x` can be from its approximation `s·t·(q·p)`
@@ -153,15 +162,18 @@ impl Screen {
     }
 
     /// For each quantized activation row `m` of `acts`, the rows whose exact logit could reach
-    /// the largest lower bound, so the largest is among them, in index order (ties then resolve as
-    /// over the full product); `dots[j][m]` is the exact integer product `q_j·p_m`.
+    /// the `top`-th largest lower bound, so the `top` largest (and their ties) are among them, in
+    /// index order (ties then resolve as over the full product); `dots[j][m]` is the exact
+    /// integer product `q_j·p_m`.
     ///
-    /// Every row's logit is within `bound` of its approximation `s·t·(q·p)`, so the largest is
-    /// within `2·bound` of the largest approximation. Two passes in units of `t` (> 0), each over
-    /// blocks of rows on every thread: the largest approximation, then the rows near it. (One
-    /// pass keeping rows near the largest so far ran on one thread per activation row, and each
-    /// row's comparison waited on the last: a few percent of a four-session step.)
-    fn candidates(&self, acts: &[&Quantized], dots: &[i32]) -> Vec<Vec<usize>> {
+    /// Every row's logit is within `bound` of its approximation `s·t·(q·p)`. The rows of the
+    /// `top` largest approximations are all at least the `top`-th of them less `bound`, so the
+    /// `top`-th largest logit is too, and a row that reaches it has an approximation within
+    /// `2·bound` of that `top`-th approximation. Two passes in units of `t` (> 0), each over
+    /// blocks of rows on every thread: the `top`-th largest approximation, then the rows near it.
+    /// (One pass keeping rows near the largest so far ran on one thread per activation row, and
+    /// each row's comparison waited on the last: a few percent of a four-session step.)
+    fn candidates(&self, acts: &[&Quantized], dots: &[i32], top: usize) -> Vec<Vec<usize>> {
         const BLOCK: usize = 4096;
         let n = acts.len();
         if n == 0 {
@@ -169,9 +181,44 @@ impl Screen {
         }
         let widths: Vec<f64> = acts.iter().map(|x| 2.0 * self.bound(x) * (1.0 + MARGIN) / x.t).collect();
         let blocks = || dots.par_chunks(BLOCK * n).zip(self.scale.par_chunks(BLOCK));
-        let best = blocks()
-            .map(|(dots, scale)| (0..n).map(|m| largest_approximation(scale, dots, n, m)).collect::<Vec<f64>>())
-            .reduce(|| vec![f64::NEG_INFINITY; n], |a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect());
+        let best: Vec<f64> = if top <= 1 {
+            blocks()
+                .map(|(dots, scale)| (0..n).map(|m| largest_approximation(scale, dots, n, m)).collect::<Vec<f64>>())
+                .reduce(|| vec![f64::NEG_INFINITY; n], |a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect())
+        } else {
+            // Each block's `top` largest, then the `top` largest of those; fewer rows than
+            // `top` in all make every row a candidate.
+            let largest = |mut a: Vec<f64>| {
+                if a.len() > top {
+                    a.select_nth_unstable_by(top - 1, |x, y| y.total_cmp(x));
+                    a.truncate(top);
+                }
+                a
+            };
+            let per_block = blocks().map(|(dots, scale)| {
+                (0..n)
+                    .map(|m| largest((0..scale.len()).map(|j| approximation(scale[j], dots[j * n + m])).collect()))
+                    .collect::<Vec<Vec<f64>>>()
+            });
+            let merged = per_block.reduce(
+                || vec![Vec::new(); n],
+                |a, b| {
+                    a.into_iter()
+                        .zip(b)
+                        .map(|(mut a, b)| {
+                            largest({
+                                a.extend(b);
+                                a
+                            })
+                        })
+                        .collect()
+                },
+            );
+            merged
+                .into_iter()
+                .map(|a| if a.len() < top { f64::NEG_INFINITY } else { a.into_iter().fold(f64::INFINITY, f64::min) })
+                .collect()
+        };
         let kept: Vec<Vec<Vec<usize>>> = blocks()
             .enumerate()
             .map(|(b, (dots, scale))| {
@@ -265,7 +312,7 @@ mod tests {
     fn candidates(screen: &Screen, x: &[f32]) -> Vec<usize> {
         let q = screen.quantize_x(x).unwrap();
         let dots = kernel::int_products(&screen.q, &q.p, 1, screen.k);
-        screen.candidates(&[&q], &dots).remove(0)
+        screen.candidates(&[&q], &dots, 1).remove(0)
     }
 
     #[test]
@@ -279,13 +326,42 @@ mod tests {
         let quantized: Vec<Quantized> = xs.chunks_exact(k).map(|x| screen.quantize_x(x).unwrap()).collect();
         let p: Vec<i16> = quantized.iter().flat_map(|q| q.p.iter().copied()).collect();
         let dots = kernel::int_products(&screen.q, &p, rows, k);
-        let together = screen.candidates(&quantized.iter().collect::<Vec<_>>(), &dots);
+        let together = screen.candidates(&quantized.iter().collect::<Vec<_>>(), &dots, 1);
         for (r, x) in xs.chunks_exact(k).enumerate() {
             assert_eq!(ids[r], Some(full(&w, x, k)), "row {r}");
             // A screen, not a full product in disguise: few rows are left to compute exactly.
             let left = candidates(&screen, x);
             assert!((1..=vocab / 20).contains(&left.len()), "row {r}: {} candidates of {vocab}", left.len());
             assert_eq!(together[r], left, "row {r}: scanned with the others or alone");
+        }
+    }
+
+    #[test]
+    fn the_top_screen_keeps_every_row_that_reaches_the_nth_largest_with_its_full_products_bits() {
+        let (vocab, k, rows) = (9000, 96, 5);
+        let w = data(vocab * k, 1);
+        let xs = data(rows * k, 6);
+        let screen = Screen::new(&w, k).unwrap();
+        for n in [1, 2, 50, 300] {
+            for (r, got) in screen.top(&w, &xs, n).into_iter().enumerate() {
+                let x = &xs[r * k..(r + 1) * k];
+                let exact = kernel::linear(&w, kernel::Layout::rows(k), None, x, 1);
+                let mut sorted = exact.clone();
+                sorted.sort_by(|a, b| b.total_cmp(a));
+                let nth = sorted[n - 1];
+                let (ids, values) = got.expect("finite activations screen");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let full: Vec<f32> = ids.iter().map(|&j| exact[j]).collect();
+                assert_eq!(bits(&values), bits(&full), "n {n} row {r}: the candidates' products");
+                let reaching: Vec<usize> = (0..vocab).filter(|&j| exact[j] >= nth).collect();
+                assert!(
+                    reaching.iter().all(|j| ids.contains(j)),
+                    "n {n} row {r}: a row of the top {n} was screened out"
+                );
+                assert!(ids.windows(2).all(|p| p[0] < p[1]), "in index order");
+                // Still a screen: far fewer rows than the vocabulary.
+                assert!(ids.len() <= (4 * n).max(vocab / 20), "n {n} row {r}: {} candidates", ids.len());
+            }
         }
     }
 

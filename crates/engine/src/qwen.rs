@@ -160,6 +160,29 @@ impl Proj {
         })
     }
 
+    /// For each row of `x`, the outputs that could be among its `n` largest (ties included),
+    /// with their values, in index order: through the screen where there is one and it holds,
+    /// else every output of the row's full product.
+    fn top(&self, x: &Tensor, n: usize) -> Result<Vec<Vec<(u32, f32)>>> {
+        let (rows, k) = x.dims2()?;
+        let x = x.flatten_all()?.to_vec1::<f32>()?;
+        with_weights!(self.w, |w| {
+            let screened = match &self.screen {
+                Some(screen) => screen.top(w, &x, n),
+                None => vec![None; rows],
+            };
+            let full = |x: &[f32]| kernel::linear(w, self.layout, self.bias.as_deref(), x, 1);
+            Ok(screened
+                .into_iter()
+                .zip(x.chunks_exact(k))
+                .map(|(top, x)| match top {
+                    Some((ids, exact)) => ids.into_iter().map(|j| j as u32).zip(exact).collect(),
+                    None => (0..).zip(full(x)).collect(),
+                })
+                .collect())
+        })
+    }
+
     /// Bytes of the weights (not the screen's copy).
     fn bytes(&self) -> usize {
         self.w.elem_count() * self.w.dtype().size_in_bytes()
@@ -184,6 +207,9 @@ pub enum Want {
     Nothing,
     /// The greedy id.
     Greedy,
+    /// The ids whose logits could be among the `n` largest (ties included), with their logits:
+    /// top-k sampling's input, through the head's screen.
+    Top(usize),
     /// Every logit, to sample from.
     Logits,
 }
@@ -193,7 +219,9 @@ pub enum Want {
 pub enum Next {
     Nothing,
     Id(u32),
-    Logits(Vec<f32>),
+    /// Ids in increasing order, each with its logit (every id, for [`Want::Logits`]); the same
+    /// bits as the full product's.
+    Candidates(Vec<(u32, f32)>),
 }
 
 /// The shared, read-only model.
@@ -736,28 +764,35 @@ impl Qwen2 {
     /// One forward as [`Self::forward_batch`], returning for each item what its `wants` entry
     /// asks of its last position: nothing (a prefill chunk that does not end its prompt needs no
     /// head), the greedy id (the first index of its largest logit, as over the logits, read
-    /// through the head's screen ([`crate::greedy`]) without computing every logit), or every
-    /// logit (to sample from: the same bits as [`Self::forward_batch`]'s).
+    /// through the head's screen ([`crate::greedy`]) without computing every logit), the
+    /// candidates for the `n` largest logits (through the same screen), or every logit. Logits
+    /// have the bits of [`Self::forward_batch`]'s.
     pub fn next_batch(&self, items: &mut [(&mut Cache, &[u32])], wants: &[Want]) -> Result<Vec<Next>> {
         assert_eq!(items.len(), wants.len(), "one `wants` per item");
         kernel::on_pool(|| {
             let last = self.last_hidden(items)?;
             let mut next = vec![Next::Nothing; items.len()];
-            for want in [Want::Greedy, Want::Logits] {
-                let rows: Vec<u32> = (0..items.len() as u32).filter(|i| wants[*i as usize] == want).collect();
-                if rows.is_empty() {
-                    continue;
+            let mut asked: Vec<Want> = Vec::new();
+            for want in wants.iter().filter(|w| **w != Want::Nothing) {
+                if !asked.contains(want) {
+                    asked.push(*want);
                 }
+            }
+            for want in asked {
+                let rows: Vec<u32> = (0..items.len() as u32).filter(|i| wants[*i as usize] == want).collect();
                 let x = last.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
-                if want == Want::Greedy {
-                    for (row, id) in rows.iter().zip(self.lm_head.greedy(&x)?) {
-                        next[*row as usize] = Next::Id(id);
+                let got: Vec<Next> = match want {
+                    Want::Greedy => self.lm_head.greedy(&x)?.into_iter().map(Next::Id).collect(),
+                    Want::Top(n) => self.lm_head.top(&x, n)?.into_iter().map(Next::Candidates).collect(),
+                    Want::Logits => {
+                        let logits = self.lm_head.outputs(&x)?;
+                        let every = |l: &[f32]| Next::Candidates((0..).zip(l.iter().copied()).collect());
+                        logits.chunks_exact(self.lm_head.out).map(every).collect()
                     }
-                } else {
-                    let logits = self.lm_head.outputs(&x)?;
-                    for (row, logits) in rows.iter().zip(logits.chunks_exact(self.lm_head.out)) {
-                        next[*row as usize] = Next::Logits(logits.to_vec());
-                    }
+                    Want::Nothing => unreachable!("not asked"),
+                };
+                for (row, got) in rows.iter().zip(got) {
+                    next[*row as usize] = got;
                 }
             }
             Ok(next)
@@ -1003,13 +1038,32 @@ mod tests {
         let next = model.next_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[Want::Greedy, Want::Logits]);
         let argmax =
             |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
+        let values = |c: &[(u32, f32)]| c.iter().map(|(_, l)| *l).collect::<Vec<_>>();
         match &next.unwrap()[..] {
-            [Next::Id(id), Next::Logits(logits)] => {
+            [Next::Id(id), Next::Candidates(logits)] => {
                 assert_eq!(*id, argmax(&short_ref));
-                assert_eq!(bits(logits), bits(&long_ref));
+                assert_eq!(bits(&values(logits)), bits(&long_ref));
             }
             other => panic!("asked for an id and logits, got {other:?}"),
         }
+        // The top 40 through the screen: the full logits' ids that reach the 40th largest are
+        // among the candidates, each with its full product's bits.
+        let mut c = model.new_cache(short.len()).unwrap();
+        let Next::Candidates(top) = model.next_batch(&mut [(&mut c, &short[..])], &[Want::Top(40)]).unwrap().remove(0)
+        else {
+            panic!("asked for candidates")
+        };
+        let mut sorted = short_ref.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        assert!(top.len() >= 40 && top.len() < short_ref.len() / 4, "{} candidates", top.len());
+        for (id, logit) in &top {
+            assert_eq!(logit.to_bits(), short_ref[*id as usize].to_bits());
+        }
+        let reaching = short_ref.iter().filter(|l| **l >= sorted[39]).count();
+        assert_eq!(top.iter().filter(|(_, l)| *l >= sorted[39]).count(), reaching);
+        // So top-k sampling draws from the same distribution either way.
+        let sampling = crate::sample::Sampling { temperature: 0.7, top_k: 40, top_p: 0.9, ..Default::default() };
+        assert_eq!(sampling.distribution(top, &[]), sampling.distribution(crate::sample::every(&short_ref), &[]));
         // A forward past its cache is refused before any slice is computed.
         let mut small = model.new_cache(SLICE_ROWS).unwrap();
         assert!(model.forward(&mut small, &long).is_err());

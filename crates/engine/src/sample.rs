@@ -43,6 +43,15 @@ pub struct Sampling {
     pub seed: u64,
 }
 
+/// The largest top-k read through the head's screen ([`Sampling::screened_top_k`]): past it, the
+/// candidates approach the whole vocabulary and a full product is as cheap.
+pub const SCREENED_TOP_K: usize = 1024;
+
+/// Every logit as candidates: `(id, logit)` for each id.
+pub fn every(logits: &[f32]) -> Vec<(u32, f32)> {
+    (0..).zip(logits.iter().copied()).collect()
+}
+
 impl Default for Sampling {
     fn default() -> Self {
         Sampling::GREEDY
@@ -68,6 +77,15 @@ impl Sampling {
         self.temperature == 0.0
     }
 
+    /// The `k` of a top-k the head's screen can serve: the ids it names are then the only ones
+    /// the filters could keep, so reading the screen instead of every logit changes no draw.
+    /// None without top-k, past [`SCREENED_TOP_K`], or with a repetition penalty (which moves
+    /// held ids' logits after the screen has bounded them).
+    pub fn screened_top_k(&self) -> Option<usize> {
+        let k = self.top_k as usize;
+        (k > 0 && k <= SCREENED_TOP_K && self.repetition_penalty == 1.0).then_some(k)
+    }
+
     /// Checks every setting's range.
     pub fn check(&self) -> Result<(), SamplingError> {
         let bad = |field, value, want| Err(SamplingError { field, value, want });
@@ -86,10 +104,11 @@ impl Sampling {
         Ok(())
     }
 
-    /// The id drawn at `position` (the position the new token takes) from `logits`, a sequence
-    /// that holds `held` (its prompt and output so far). `logits` is rewritten by the filters.
-    pub fn pick(&self, logits: &mut [f32], held: &[u32], position: usize) -> u32 {
-        let kept = self.distribution(logits, held);
+    /// The id drawn at `position` (the position the new token takes) from `candidates` (ids in
+    /// increasing order with their logits: every id, or those a top-k screen names) for a
+    /// sequence that holds `held` (its prompt and output so far).
+    pub fn pick(&self, candidates: Vec<(u32, f32)>, held: &[u32], position: usize) -> u32 {
+        let kept = self.distribution(candidates, held);
         let u = uniform(self.seed, position);
         let mut below = 0.0;
         for &(id, p) in &kept {
@@ -103,36 +122,35 @@ impl Sampling {
     }
 
     /// The filtered distribution `pick` draws from: the kept ids from the most likely down (ties
-    /// in id order), each with its probability (summing to 1 up to rounding). `logits` is
-    /// rewritten by the penalty and the temperature.
-    pub fn distribution(&self, logits: &mut [f32], held: &[u32]) -> Vec<(u32, f64)> {
-        assert!(!logits.is_empty(), "sampling from no logits");
+    /// in id order), each with its probability (summing to 1 up to rounding).
+    pub fn distribution(&self, mut candidates: Vec<(u32, f32)>, held: &[u32]) -> Vec<(u32, f64)> {
+        assert!(!candidates.is_empty(), "sampling from no logits");
+        debug_assert!(candidates.windows(2).all(|p| p[0].0 < p[1].0), "candidates in increasing id order");
         if self.repetition_penalty != 1.0 {
-            let mut seen = vec![false; logits.len()];
-            for &id in held {
-                if let Some(l) =
-                    logits.get_mut(id as usize).filter(|_| !std::mem::replace(&mut seen[id as usize], true))
-                {
+            let mut held: Vec<u32> = held.to_vec();
+            held.sort_unstable();
+            held.dedup();
+            for (id, l) in &mut candidates {
+                if held.binary_search(id).is_ok() {
                     *l = if *l > 0.0 { *l / self.repetition_penalty } else { *l * self.repetition_penalty };
                 }
             }
         }
         if self.temperature != 1.0 && self.temperature != 0.0 {
-            for l in logits.iter_mut() {
+            for (_, l) in &mut candidates {
                 *l /= self.temperature;
             }
         }
-        // The ids top-k keeps (all of them when it is off), then sorted from the largest logit.
-        let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
-        let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+        // What top-k keeps (all of it when it is off), then sorted from the largest logit.
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = self.top_k as usize;
-        if k > 0 && k < ids.len() {
-            ids.select_nth_unstable_by(k - 1, by_logit);
-            let kth = logits[ids[k - 1] as usize];
-            ids.retain(|id| logits[*id as usize] >= kth);
+        if k > 0 && k < candidates.len() {
+            candidates.select_nth_unstable_by(k - 1, by_logit);
+            let kth = candidates[k - 1].1;
+            candidates.retain(|(_, l)| *l >= kth);
         }
-        ids.sort_unstable_by(by_logit);
-        let mut kept = softmax(logits, &ids);
+        candidates.sort_unstable_by(by_logit);
+        let mut kept = softmax(&candidates);
         if self.top_p < 1.0 {
             // Ascending, an id goes when the mass up to and including it is at most 1 − p: from
             // the top, when the mass strictly above it is at least p.
@@ -157,10 +175,10 @@ impl Sampling {
     }
 }
 
-/// The softmax of `logits` over `ids` (in f64), in `ids`' order; `ids` starts with the largest.
-fn softmax(logits: &[f32], ids: &[u32]) -> Vec<(u32, f64)> {
-    let max = logits[ids[0] as usize] as f64;
-    let mut kept: Vec<(u32, f64)> = ids.iter().map(|&id| (id, (logits[id as usize] as f64 - max).exp())).collect();
+/// The softmax of `logits` (in f64), in their order, which starts with the largest.
+fn softmax(logits: &[(u32, f32)]) -> Vec<(u32, f64)> {
+    let max = logits[0].1 as f64;
+    let mut kept: Vec<(u32, f64)> = logits.iter().map(|&(id, l)| (id, (l as f64 - max).exp())).collect();
     let sum: f64 = kept.iter().map(|(_, e)| e).sum();
     for (_, p) in &mut kept {
         *p /= sum;
@@ -189,7 +207,7 @@ mod tests {
     use super::*;
 
     fn kept(s: Sampling, logits: &[f32], held: &[u32]) -> Vec<u32> {
-        s.distribution(&mut logits.to_vec(), held).into_iter().map(|(id, _)| id).collect()
+        s.distribution(every(logits), held).into_iter().map(|(id, _)| id).collect()
     }
 
     #[test]
@@ -215,9 +233,10 @@ mod tests {
     #[test]
     fn the_penalty_lowers_held_ids_whatever_their_sign_once_each() {
         let s = Sampling { temperature: 1.0, repetition_penalty: 2.0, ..Sampling::GREEDY };
-        let mut logits = [4.0f32, -1.0, 3.0];
-        s.distribution(&mut logits, &[0, 1, 0, 0, 99]);
-        assert_eq!(logits, [2.0, -2.0, 3.0]);
+        // After the penalty: 2, -2, 3 (id 0 held thrice is divided once).
+        let penalized = s.distribution(every(&[4.0, -1.0, 3.0]), &[0, 1, 0, 0, 99]);
+        let plain = Sampling { temperature: 1.0, ..Sampling::GREEDY }.distribution(every(&[2.0, -2.0, 3.0]), &[]);
+        assert_eq!(penalized, plain);
     }
 
     #[test]

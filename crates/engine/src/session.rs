@@ -340,10 +340,14 @@ impl Session {
 
     /// What the step `plan` needs of the head.
     fn wants(&self, plan: &Plan) -> Want {
-        match (self.produces_token(plan), self.sampling.is_greedy()) {
-            (false, _) => Want::Nothing,
-            (true, true) => Want::Greedy,
-            (true, false) => Want::Logits,
+        if !self.produces_token(plan) {
+            Want::Nothing
+        } else if self.sampling.is_greedy() {
+            Want::Greedy
+        } else if let Some(k) = self.sampling.screened_top_k() {
+            Want::Top(k)
+        } else {
+            Want::Logits
         }
     }
 
@@ -353,7 +357,7 @@ impl Session {
         let token = match next {
             Next::Nothing => None,
             Next::Id(id) => Some(id),
-            Next::Logits(mut logits) => Some(self.sampling.pick(&mut logits, &self.tokens, self.tokens.len())),
+            Next::Candidates(candidates) => Some(self.sampling.pick(candidates, &self.tokens, self.tokens.len())),
         };
         debug_assert_eq!(token.is_some(), self.produces_token(&plan));
         if let Some(t) = token {

@@ -619,14 +619,8 @@ mod tests {
                          "min_p":0.05,"repeat_penalty":1.2,"seed":18446744073709551615,"stop":["END"]}}"#;
         let a = parse(Endpoint::OpenAiCompletions, None, openai).unwrap();
         let b = parse(Endpoint::OllamaGenerate, None, ollama).unwrap();
-        let expected = Sampling {
-            temperature: 0.7,
-            top_k: 50,
-            top_p: 0.9,
-            min_p: 0.05,
-            repetition_penalty: 1.2,
-            seed: u64::MAX,
-        };
+        let expected =
+            Sampling { temperature: 0.7, top_k: 50, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.2, seed: u64::MAX };
         assert_eq!((a.sampling, b.sampling), (expected, expected));
         assert_eq!((a.stop, b.stop), (vec!["END".to_string()], vec!["END".to_string()]));
         // Unset: greedy, no stops; vLLM's top_k -1 is every id.
