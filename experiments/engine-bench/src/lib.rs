@@ -19,6 +19,7 @@ use common::gguf::WeightType;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
 use common::qwen::WeightDtype;
+use common::sample::Sampling;
 use common::stats::{summarize, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -326,12 +327,21 @@ pub fn against_f32(dtype: WeightDtype) -> String {
 /// The comparison of a decode step's stream with the machine's read bandwidth.
 pub const STREAM: &str = "decode stream vs read bandwidth";
 
+/// The comparison of a sampled decode step with a greedy one.
+pub const SAMPLED_STEP: &str = "sampled vs greedy decode step";
+
+/// The sampling a product would use, as the sampled step draws: temperature 0.7, top-k 50,
+/// top-p 0.9 (the top-k read through the head's screen).
+pub const SAMPLED: Sampling =
+    Sampling { temperature: 0.7, top_k: 50, top_p: 0.9, min_p: 0.0, repetition_penalty: 1.0, seed: 1 };
+
 /// The comparisons every run makes, whatever ran beside it, and what their pairs count.
-const ALWAYS: [(&str, Pairs); 4] = [
+const ALWAYS: [(&str, Pairs); 5] = [
     ("decode vs stock candle", Pairs::Rounds),
     ("decode step, long vs short context", Pairs::Steps),
     ("batched decode step", Pairs::Steps),
     (STREAM, Pairs::Steps),
+    (SAMPLED_STEP, Pairs::Steps),
 ];
 
 /// What a comparison's pairs are counted in: the parameters' rounds, its prompt length's rounds,

@@ -223,6 +223,38 @@ fn run(args: Args) -> Result<()> {
         b,
         Rule::AOverB,
     ));
+    // A decode step that samples (the draw included) against a greedy one, two sessions on the
+    // same prompt stepping in turn, as the stepping loop runs them.
+    tracing::info!("sampled decode step against a greedy one");
+    let session = |sampling| -> Result<Session> {
+        let mut s = Session::new(model, prompt.clone(), p.steps + 1)?.without_stop_ids().with_sampling(sampling)?;
+        s.step(None)?; // the prompt
+        Ok(s)
+    };
+    let (mut sampled, mut greedy) = (session(engine_bench::SAMPLED)?, session(Default::default())?);
+    let timed = |s: &mut Session| -> Result<f64> {
+        let t = Instant::now();
+        s.step(None)?;
+        Ok(t.elapsed().as_secs_f64() * 1000.0)
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..p.steps {
+        a.push(timed(&mut sampled)?);
+        b.push(timed(&mut greedy)?);
+    }
+    comparisons.push(Comparison::new(
+        engine_bench::SAMPLED_STEP,
+        &{
+            let s = engine_bench::SAMPLED;
+            format!("step time sampling (temperature {}, top-k {}, top-p {}) / greedy", s.temperature, s.top_k, s.top_p)
+        },
+        "ms",
+        "sampled",
+        a,
+        "greedy",
+        b,
+        Rule::AOverB,
+    ));
     let stream = Stream {
         context: p.short_context,
         layer_bytes: bytes.layers,

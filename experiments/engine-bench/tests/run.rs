@@ -41,7 +41,13 @@ fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
     let names: Vec<&str> = a.comparisons.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
         names,
-        ["decode vs stock candle", "decode step, long vs short context", "batched decode step", engine_bench::STREAM]
+        [
+            "decode vs stock candle",
+            "decode step, long vs short context",
+            "batched decode step",
+            engine_bench::STREAM,
+            engine_bench::SAMPLED_STEP
+        ]
     );
     // The stream is the model's at the short context: its KV part is the cached positions' keys
     // and values (tiny: 3 layers, 2 KV heads of 16 dimensions, F32).
