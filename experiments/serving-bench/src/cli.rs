@@ -249,6 +249,28 @@ pub struct BenchArgs {
     /// Ask servers to ignore end-of-sequence (vLLM's `ignore_eos`), so answers reach --max-tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Sampling temperature sent with every request (Ollama: options.temperature) [default: the
+    /// manifest's, else 0, greedy]. With a temperature above 0 each request still carries its own
+    /// seed (from --seed), so a server that honours seeds answers the same again.
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling's top-p sent with every request [default: the manifest's, else not sent].
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// Top-k sent with every request (vLLM's; -1 keeps every id) [default: the manifest's, else
+    /// not sent].
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    pub top_k: Option<i64>,
+    /// Min-p sent with every request (vLLM's) [default: the manifest's, else not sent].
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f64>,
+    /// A stop string sent with every request (repeatable, at most 4) [default: the manifest's].
+    #[arg(long, value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// A JSON object merged into every request body, for anything else a server takes (e.g.
+    /// '{"repetition_penalty": 1.1}'); it may not set what the client sets itself.
+    #[arg(long, value_name = "JSON", value_parser = parse_extra_body)]
+    pub extra_body: Option<serde_json::Map<String, Value>>,
     /// A header added to every request, NAME:VALUE (repeatable). Its value is never recorded
     /// (the artifact keeps the name, and the command line NAME:<redacted>) unless NAME is given
     /// to --record-header.
@@ -509,6 +531,17 @@ impl BenchArgs {
         if let Some(s) = args.scrape_metrics {
             p.scrape_metrics_s = Some(s);
         }
+        let sampling = &mut p.sampling;
+        sampling.temperature = args.temperature.or(sampling.temperature);
+        sampling.top_p = args.top_p.or(sampling.top_p);
+        sampling.top_k = args.top_k.or(sampling.top_k);
+        sampling.min_p = args.min_p.or(sampling.min_p);
+        if !args.stop.is_empty() {
+            sampling.stop = args.stop.clone();
+        }
+        if let Some(body) = &args.extra_body {
+            sampling.extra_body = Some(body.clone());
+        }
         if !args.open_loop_flags().is_empty() {
             let a = p.arrivals.get_or_insert_with(|| serving::Arrivals {
                 rates: vec![None],
@@ -558,6 +591,21 @@ impl BenchArgs {
         .collect()
     }
 
+    /// The sampling flags given, as a user typed them.
+    pub fn sampling_flags(&self) -> Vec<&'static str> {
+        [
+            ("--temperature", self.temperature.is_some()),
+            ("--top-p", self.top_p.is_some()),
+            ("--top-k", self.top_k.is_some()),
+            ("--min-p", self.min_p.is_some()),
+            ("--stop", !self.stop.is_empty()),
+            ("--extra-body", self.extra_body.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
     /// The flags given that set the effective parameter `field` (as [`Parameters::validate`]
     /// names it), so that an error blames what the user typed rather than the manifest.
     pub fn flags_behind(&self, field: &str) -> Vec<&'static str> {
@@ -577,6 +625,7 @@ impl BenchArgs {
             "slo" => one("--slo", !self.slo.is_empty()),
             "scrape_metrics_s" => one("--scrape-metrics", self.scrape_metrics.is_some()),
             "server_kv_budget" => one("--server-kv-budget", self.server_kv_budget.is_some()),
+            "sampling" => self.sampling_flags(),
             _ => Vec::new(),
         }
     }
@@ -614,6 +663,18 @@ impl BenchArgs {
         }
         if let Some(s) = self.scrape_metrics {
             requested["scrape_metrics"] = json!(s);
+        }
+        for (name, value) in [
+            ("temperature", self.temperature.map(|v| json!(v))),
+            ("top_p", self.top_p.map(|v| json!(v))),
+            ("top_k", self.top_k.map(|v| json!(v))),
+            ("min_p", self.min_p.map(|v| json!(v))),
+            ("stop", (!self.stop.is_empty()).then(|| json!(self.stop))),
+            ("extra_body", self.extra_body.as_ref().map(|b| json!(b))),
+        ] {
+            if let Some(value) = value {
+                requested[name] = value;
+            }
         }
         if let Some(shape) = self.shared_prefix {
             requested["shared_prefix"] = json!(shape.describe());
@@ -676,6 +737,7 @@ pub fn seed_parameters() -> Parameters {
         percentiles: Vec::new(),
         slo: Default::default(),
         scrape_metrics_s: None,
+        sampling: Default::default(),
     }
 }
 
@@ -714,5 +776,14 @@ impl CommandLine for Cli {
 
     fn writes_no_artifact(&self) -> Option<&'static str> {
         self.command.as_ref().map(|_| "`serve` writes no artifact")
+    }
+}
+
+/// `--extra-body`: a JSON object.
+fn parse_extra_body(text: &str) -> Result<serde_json::Map<String, Value>, String> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(body)) => Ok(body),
+        Ok(_) => Err("a JSON object is needed, like '{\"repetition_penalty\": 1.1}'".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
     }
 }

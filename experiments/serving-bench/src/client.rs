@@ -105,7 +105,7 @@ pub fn split_group(url: &str) -> (&str, Option<&str>) {
 }
 
 /// How each request to a target is made, beyond its prompt.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RequestOptions {
     /// OpenAI's chat or text completions (Ollama's chat either way).
     pub endpoint: Endpoint,
@@ -114,11 +114,60 @@ pub struct RequestOptions {
     pub ignore_eos: bool,
     /// Ask for usage counts with every chunk (vLLM's `continuous_usage_stats`).
     pub continuous_usage: bool,
+    /// The sampling every request asks for, and fields merged into every body.
+    pub sampling: std::sync::Arc<crate::serving::Sampling>,
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split_group;
+    use super::*;
+
+    #[test]
+    fn sampling_goes_in_each_apis_place_and_the_extra_body_on_top() {
+        let sampling = crate::serving::Sampling {
+            temperature: Some(0.7),
+            top_k: Some(-1),
+            stop: vec!["END".into()],
+            extra_body: Some(serde_json::from_str(r#"{"repetition_penalty": 1.1}"#).unwrap()),
+            ..Default::default()
+        };
+        let options = RequestOptions { sampling: std::sync::Arc::new(sampling), ..Default::default() };
+        let spec = Spec {
+            concurrency: 1,
+            round: 0,
+            index: 0,
+            prompt_name: "p",
+            prompt: "hi",
+            messages: None,
+            max_tokens: 5,
+            seed: 9,
+            options,
+        };
+        let target = |kind| Runtime {
+            name: "t".into(),
+            kind,
+            base_url: "http://127.0.0.1:1".into(),
+            model: "m".into(),
+            replicas: Vec::new(),
+        };
+        let (_, openai) = request_body(&target(Kind::OpenAi), &spec);
+        assert_eq!(
+            (&openai["temperature"], &openai["top_k"], &openai["stop"], &openai["seed"]),
+            (&json!(0.7), &json!(-1), &json!(["END"]), &json!(9))
+        );
+        assert_eq!(openai["repetition_penalty"], json!(1.1));
+        assert!(openai.get("top_p").is_none() && openai.get("min_p").is_none(), "unset settings are not sent");
+        let (_, ollama) = request_body(&target(Kind::Ollama), &spec);
+        let o = &ollama["options"];
+        assert_eq!(
+            (&o["temperature"], &o["top_k"], &o["stop"], &o["num_predict"]),
+            (&json!(0.7), &json!(-1), &json!(["END"]), &json!(5))
+        );
+        assert_eq!(ollama["repetition_penalty"], json!(1.1));
+        // Nothing set: greedy, as every run before the flags.
+        let spec = Spec { options: RequestOptions::default(), ..spec };
+        assert_eq!(request_body(&target(Kind::OpenAi), &spec).1["temperature"], json!(0.0));
+    }
 
     #[test]
     fn a_group_follows_the_last_at_of_a_url_with_a_host() {
@@ -355,12 +404,37 @@ pub async fn metadata(client: &Http, target: &Runtime, timeouts: &Timeouts) -> R
 }
 
 fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
+    let (url, mut body) = base_body(target, spec);
+    if let (Some(extra), Some(body)) = (&spec.options.sampling.extra_body, body.as_object_mut()) {
+        body.extend(extra.clone());
+    }
+    (url, body)
+}
+
+/// The sampling settings set, by their OpenAI names (Ollama's where they differ), with the
+/// temperature always (0 unless set).
+fn sampling_fields(sampling: &crate::serving::Sampling) -> serde_json::Map<String, Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("temperature".into(), json!(sampling.temperature.unwrap_or(0.0)));
+    let set = [
+        ("top_p", sampling.top_p.map(|v| json!(v))),
+        ("top_k", sampling.top_k.map(|v| json!(v))),
+        ("min_p", sampling.min_p.map(|v| json!(v))),
+        ("stop", (!sampling.stop.is_empty()).then(|| json!(sampling.stop))),
+    ];
+    fields.extend(set.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
+    fields
+}
+
+fn base_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
     let messages = spec.messages.cloned().unwrap_or_else(|| json!([{"role": "user", "content": spec.prompt}]));
     let (_, base) = target.replica(spec.index);
+    let sampling = sampling_fields(&spec.options.sampling);
     match target.kind {
         Kind::OpenAi => {
             let mut body = json!({"model": target.model, "max_tokens": spec.max_tokens, "stream": true,
-                   "stream_options": {"include_usage": true}, "seed": spec.seed, "temperature": 0});
+                   "stream_options": {"include_usage": true}, "seed": spec.seed});
+            body.as_object_mut().expect("an object").extend(sampling);
             if spec.options.ignore_eos {
                 body["ignore_eos"] = json!(true);
             }
@@ -379,11 +453,14 @@ fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
             };
             (url(base, path), body)
         }
-        Kind::Ollama => (
-            url(base, "/api/chat"),
-            json!({"model": target.model, "messages": messages, "stream": true,
-                   "options": {"num_predict": spec.max_tokens, "seed": spec.seed, "temperature": 0}}),
-        ),
+        Kind::Ollama => {
+            let mut options = json!({"num_predict": spec.max_tokens, "seed": spec.seed});
+            options.as_object_mut().expect("an object").extend(sampling);
+            (
+                url(base, "/api/chat"),
+                json!({"model": target.model, "messages": messages, "stream": true, "options": options}),
+            )
+        }
     }
 }
 
@@ -420,7 +497,8 @@ pub async fn converse(
     for turn in 0..=follow_ups.len() {
         let messages = Value::Array(history.clone());
         let (mut record, reply) =
-            measure_reply(client, target, &Spec { messages: Some(&messages), ..*spec }, timeouts, t0, None).await;
+            measure_reply(client, target, &Spec { messages: Some(&messages), ..spec.clone() }, timeouts, t0, None)
+                .await;
         record.turn = Some(turn);
         let failed = record.error.is_some();
         records.push(record);

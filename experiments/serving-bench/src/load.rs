@@ -168,7 +168,7 @@ pub async fn run_group(
             messages: None,
             max_tokens: item.max_tokens.unwrap_or(max_tokens),
             seed,
-            options,
+            options: options.clone(),
         };
         let (http, target, timeouts, slots) = (http.clone(), target.clone(), *timeouts, slots.clone());
         let warmup = index < arrivals.warmup_requests;

@@ -160,6 +160,7 @@ async fn plan(cli: &Cli) -> Result<Plan> {
         endpoint: params.endpoint,
         ignore_eos: params.ignore_eos,
         continuous_usage: params.continuous_usage,
+        sampling: std::sync::Arc::new(params.sampling.clone()),
     };
 
     let embedded = match (embedded, &prepared.model) {
@@ -341,7 +342,7 @@ struct Measured {
 /// Warm-ups, then the open loop's groups or the closed rounds, every target in turn.
 async fn run(plan: &Plan) -> Result<Measured> {
     let Plan { targets, http, timeouts, t0, options, .. } = plan;
-    let (t0, options, params) = (*t0, *options, &plan.prepared.parameters);
+    let (t0, params) = (*t0, &plan.prepared.parameters);
     let items = &plan.workload.items;
     let conversational = plan.workload.is_conversational();
     // The spec of a request sending the `n`-th item: the workload's items in turn.
@@ -356,7 +357,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
             messages: item.messages.as_ref(),
             max_tokens: item.max_tokens.unwrap_or(params.max_tokens),
             seed: params.seed,
-            options,
+            options: options.clone(),
         }
     };
     let per_target = match &params.arrivals {
@@ -407,7 +408,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 let group = load::run_group(
                     http,
                     target,
-                    options,
+                    options.clone(),
                     arrivals,
                     group_load,
                     items,

@@ -341,6 +341,50 @@ fn an_open_loop_prints_each_target_over_the_first_under_the_same_load() {
     }
 }
 
+/// Sampling flags reach every request and the artifact: the embedded server honours them (a stop
+/// string ends answers), the run records them as parameters and its command line, and the audit
+/// reads the one from the other.
+#[test]
+fn sampling_flags_are_sent_recorded_and_audited() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--target",
+        "openai=embedded",
+        "--rounds",
+        "1",
+        "--concurrency",
+        "2",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.95",
+        "--stop",
+        "e",
+        "--extra-body",
+        r#"{"repetition_penalty": 1.05}"#,
+    ];
+    let path = bench_run(tmp.path(), "sampled", &args).unwrap();
+    assert_audits_ok(&path);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let sampling = &v["arguments"]["sampling"];
+    assert_eq!(
+        sampling,
+        &serde_json::json!({"temperature": 0.8, "top_p": 0.95, "top_k": 40, "stop": ["e"],
+                            "extra_body": {"repetition_penalty": 1.05}})
+    );
+    // The stop string "e" (a common letter in the tiny vocabulary's text) ends some answer.
+    let requests = v["requests"].as_array().unwrap();
+    let finished: Vec<&str> = requests.iter().filter_map(|r| r["finish_reason"].as_str()).collect();
+    assert!(!finished.is_empty() && finished.contains(&"stop"), "{finished:?}");
+    // A forged parameter reads as a run its command line did not make.
+    let forged = resealed(&path, |v| v["arguments"]["sampling"]["temperature"] = serde_json::json!(0.3));
+    assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
+}
+
 /// Runs the benchmark with `args` (models generated under `tmp`), its artifact at
 /// `tmp/<name>.json`; the artifact's path, or the run's error output.
 fn bench_run(tmp: &Path, name: &str, args: &[&str]) -> Result<PathBuf, String> {
@@ -1032,7 +1076,12 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 43] = [
+    let cases: [(&[&str], &str); 48] = [
+        (&["--top-p", "0"], "--top-p: sampling.top_p: 0; must be above 0 and at most 1"),
+        (&["--top-k", "-2", "--temperature", "1"], "--temperature, --top-k: sampling.top_k: -2"),
+        (&["--stop", ""], "sampling.stop: an empty string"),
+        (&["--extra-body", "[1]"], "a JSON object is needed"),
+        (&["--extra-body", r#"{"stream": false}"#], "sampling.extra_body.stream: the client sets `stream` itself"),
         (
             &["--request-rate", "1e-300", "--num-requests", "2"],
             "arrivals.rates: 1e-300 requests/s: 2 requests take about",

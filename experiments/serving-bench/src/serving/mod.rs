@@ -21,7 +21,10 @@ mod server;
 mod summary;
 
 pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
-pub use params::{Arrivals, Endpoint, Metric, Parameters, MAX_COUNT, MAX_RATE, MAX_SWEEP, SLO_METRICS};
+pub use params::{
+    Arrivals, Endpoint, Metric, Parameters, Sampling, CLIENT_FIELDS, MAX_COUNT, MAX_RATE, MAX_STOPS, MAX_SWEEP,
+    SLO_METRICS,
+};
 pub(crate) use params::{MAX_TIMEOUT_S, SCRAPE_INTERVAL_S};
 pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
 #[cfg(test)]

@@ -70,6 +70,93 @@ pub struct Parameters {
     /// first before its first request, the last after its last); `None`: not scraped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrape_metrics_s: Option<f64>,
+    /// The sampling every request asks for; none set: greedy (temperature 0), as the seed's runs.
+    #[serde(default, skip_serializing_if = "Sampling::is_greedy_default")]
+    pub sampling: Sampling,
+}
+
+/// The sampling settings sent with every request, by their OpenAI (and vLLM) names; Ollama gets
+/// them in `options` under its own. Unset ones are not sent (the server's default applies),
+/// except the temperature, sent as 0 unless set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// vLLM's: -1 (or 0) keeps every id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f64>,
+    /// Texts that end an answer (OpenAI's `stop`, Ollama's `options.stop`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Fields merged into every request body as they are, for whatever else a server takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Body fields the client sets itself, which `extra_body` may not replace, with the flag to use.
+pub const CLIENT_FIELDS: [(&str, &str); 14] = [
+    ("model", "--model-name"),
+    ("messages", "--prompts"),
+    ("prompt", "--prompts"),
+    ("stream", "(the client always streams)"),
+    ("stream_options", "--continuous-usage"),
+    ("max_tokens", "--max-tokens"),
+    ("max_completion_tokens", "--max-tokens"),
+    ("options", "the sampling flags"),
+    ("seed", "--seed"),
+    ("temperature", "--temperature"),
+    ("top_p", "--top-p"),
+    ("top_k", "--top-k"),
+    ("min_p", "--min-p"),
+    ("stop", "--stop"),
+];
+
+/// The most stop strings a request may carry (OpenAI's limit).
+pub const MAX_STOPS: usize = 4;
+
+impl Sampling {
+    fn is_greedy_default(&self) -> bool {
+        *self == Sampling::default()
+    }
+
+    /// One line per problem, naming the field.
+    fn validate(&self) -> Result<(), Invalid> {
+        let number = |name: &str, v: Option<f64>, ok: fn(f64) -> bool, want: &str| match v {
+            Some(v) if !(v.is_finite() && ok(v)) => {
+                Err(Invalid::new(format!("sampling.{name}"), format!("{v}; {want}")))
+            }
+            _ => Ok(()),
+        };
+        number("temperature", self.temperature, |t| t >= 0.0, "must be 0 (greedy) or above")?;
+        number("top_p", self.top_p, |p| p > 0.0 && p <= 1.0, "must be above 0 and at most 1")?;
+        number("min_p", self.min_p, |p| (0.0..=1.0).contains(&p), "must be from 0 to 1")?;
+        if let Some(k) = self.top_k.filter(|k| *k < -1) {
+            return Err(Invalid::new("sampling.top_k", format!("{k}; must be -1 (every id) or more")));
+        }
+        if self.stop.len() > MAX_STOPS {
+            return Err(Invalid::new(
+                "sampling.stop",
+                format!("{} strings; give at most {MAX_STOPS}", self.stop.len()),
+            ));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(Invalid::new("sampling.stop", "an empty string; a stop string needs a character"));
+        }
+        if let Some((field, flag)) =
+            self.extra_body.iter().flat_map(|body| body.keys()).find_map(|k| CLIENT_FIELDS.iter().find(|(f, _)| f == k))
+        {
+            return Err(Invalid::new(
+                format!("sampling.extra_body.{field}"),
+                format!("the client sets `{field}` itself; use {flag}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The shortest and longest scrape intervals accepted, in seconds.
@@ -224,6 +311,7 @@ impl Parameters {
                 return Err(Invalid::new(format!("slo.{name}"), format!("{bound}: milliseconds above 0")));
             }
         }
+        self.sampling.validate()?;
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
