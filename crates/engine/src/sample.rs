@@ -29,16 +29,16 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct Sampling {
     /// Divides the logits; 0 is greedy.
-    pub temperature: f32,
+    pub temperature: f64,
     /// Keeps the `top_k` largest logits; 0 keeps all.
     pub top_k: u32,
     /// Keeps the smallest set of most likely ids whose probability reaches `top_p`; 1 keeps all.
-    pub top_p: f32,
+    pub top_p: f64,
     /// Drops ids less likely than `min_p` times the most likely; 0 keeps all.
-    pub min_p: f32,
+    pub min_p: f64,
     /// Divides (or, for negative logits, multiplies) the logits of ids already in the sequence;
     /// 1 leaves them.
-    pub repetition_penalty: f32,
+    pub repetition_penalty: f64,
     /// Keys the generator: the same seed draws the same numbers at the same positions.
     pub seed: u64,
 }
@@ -63,7 +63,7 @@ impl Default for Sampling {
 #[error("sampling `{field}` is {value}: it must be {want}")]
 pub struct SamplingError {
     pub field: &'static str,
-    pub value: f32,
+    pub value: f64,
     pub want: &'static str,
 }
 
@@ -132,13 +132,16 @@ impl Sampling {
             held.dedup();
             for (id, l) in &mut candidates {
                 if held.binary_search(id).is_ok() {
-                    *l = if *l > 0.0 { *l / self.repetition_penalty } else { *l * self.repetition_penalty };
+                    // In F32, as torch divides an F32 tensor by a Python float.
+                    let r = self.repetition_penalty as f32;
+                    *l = if *l > 0.0 { *l / r } else { *l * r };
                 }
             }
         }
         if self.temperature != 1.0 && self.temperature != 0.0 {
+            let t = self.temperature as f32;
             for (_, l) in &mut candidates {
-                *l /= self.temperature;
+                *l /= t;
             }
         }
         // What top-k keeps (all of it when it is off), then sorted from the largest logit.
@@ -158,7 +161,7 @@ impl Sampling {
             let n = kept
                 .iter()
                 .take_while(|(_, p)| {
-                    let keep = above < self.top_p as f64;
+                    let keep = above < self.top_p;
                     above += p;
                     keep
                 })
@@ -167,7 +170,7 @@ impl Sampling {
             kept = renormalized(kept);
         }
         if self.min_p > 0.0 {
-            let floor = self.min_p as f64 * kept[0].1;
+            let floor = self.min_p * kept[0].1;
             kept.retain(|(_, p)| *p >= floor);
             kept = renormalized(kept);
         }
@@ -227,7 +230,7 @@ mod tests {
         // Of two tied ids, the later one goes first (ascending, ties in reverse id order).
         assert_eq!(top_p(0.8), [0, 1, 2]);
         assert_eq!(top_p(0.9), [0, 1, 2, 3]);
-        assert_eq!(top_p(f32::MIN_POSITIVE), [0]);
+        assert_eq!(top_p(f64::MIN_POSITIVE), [0]);
     }
 
     #[test]
@@ -243,7 +246,7 @@ mod tests {
     fn settings_out_of_range_are_named() {
         let bad = |s: Sampling| s.check().unwrap_err().field;
         assert_eq!(bad(Sampling { temperature: -0.1, ..Sampling::GREEDY }), "temperature");
-        assert_eq!(bad(Sampling { temperature: f32::NAN, ..Sampling::GREEDY }), "temperature");
+        assert_eq!(bad(Sampling { temperature: f64::NAN, ..Sampling::GREEDY }), "temperature");
         assert_eq!(bad(Sampling { top_p: 0.0, ..Sampling::GREEDY }), "top_p");
         assert_eq!(bad(Sampling { min_p: 1.5, ..Sampling::GREEDY }), "min_p");
         assert_eq!(bad(Sampling { repetition_penalty: 0.0, ..Sampling::GREEDY }), "repetition_penalty");

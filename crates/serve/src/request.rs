@@ -386,7 +386,7 @@ fn sampling(obj: &Map<String, Value>, ollama: bool) -> Result<(Sampling, Vec<Str
         }
     }
     // Checked above: every number is in its range and every conversion below exact enough.
-    let number = |name: &str, default: f32| settings.get(name).and_then(Value::as_f64).map_or(default, |x| x as f32);
+    let number = |name: &str, default: f64| settings.get(name).and_then(Value::as_f64).unwrap_or(default);
     let seed = match settings.get("seed") {
         Some(v) => v.as_u64().or_else(|| v.as_i64().map(|s| s as u64)).unwrap_or_default(),
         None => clock_seed(),

@@ -38,6 +38,27 @@ pub struct Args {
     /// (each run starts with an empty cache) [default: the manifest's].
     #[arg(long)]
     pub prefix_cache: bool,
+    /// Sample every job's ids at this temperature instead of greedily (0 is greedy), in every
+    /// run [default: the manifest's, else greedy].
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Keep the K largest logits when sampling (0 keeps all) [default: the manifest's].
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<u32>,
+    /// Keep the fewest most likely ids whose probability reaches P when sampling [default: the
+    /// manifest's, else 1].
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// Drop ids less likely than P times the most likely when sampling [default: the manifest's].
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f64>,
+    /// Divide the logits of ids already in the sequence by this when sampling [default: the
+    /// manifest's, else 1].
+    #[arg(long, value_name = "R")]
+    pub repetition_penalty: Option<f64>,
+    /// The sampling seed; job `i` draws with seed + i [default: the manifest's, else 0].
+    #[arg(long, value_name = "SEED")]
+    pub sampling_seed: Option<u64>,
 }
 
 /// Applies the command-line overrides to the manifest's parameters.
@@ -89,6 +110,13 @@ impl CommandLine for Args {
         if let Some(w) = args.warmup {
             p.warmup = w as usize;
         }
+        let s = &mut p.sampling;
+        s.temperature = args.temperature.unwrap_or(s.temperature);
+        s.top_k = args.top_k.unwrap_or(s.top_k);
+        s.top_p = args.top_p.unwrap_or(s.top_p);
+        s.min_p = args.min_p.unwrap_or(s.min_p);
+        s.repetition_penalty = args.repetition_penalty.unwrap_or(s.repetition_penalty);
+        s.seed = args.sampling_seed.unwrap_or(s.seed);
         p
     }
 
@@ -105,6 +133,18 @@ impl CommandLine for Args {
         }
         if self.prefix_cache {
             requested["prefix_cache"] = json!(true);
+        }
+        for (name, value) in [
+            ("temperature", self.temperature.map(|v| json!(v))),
+            ("top_k", self.top_k.map(|v| json!(v))),
+            ("top_p", self.top_p.map(|v| json!(v))),
+            ("min_p", self.min_p.map(|v| json!(v))),
+            ("repetition_penalty", self.repetition_penalty.map(|v| json!(v))),
+            ("sampling_seed", self.sampling_seed.map(|v| json!(v))),
+        ] {
+            if let Some(value) = value {
+                requested[name] = value;
+            }
         }
         requested
     }

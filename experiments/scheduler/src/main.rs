@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use common::experiment::{claims_table, judge_claims, prepare};
 use common::qwen::WeightDtype;
+use common::sample::Sampling;
 use common::schedule::{self, request_metrics, Job};
 use scheduler::cli::Args;
 use scheduler::study::{
@@ -22,14 +23,17 @@ fn main() {
 fn run(args: Args) -> Result<i32> {
     let prepared = prepare(&Scheduler, &args)?;
     let params = prepared.parameters.clone();
-    let expectations = prepared.expectations().cloned();
+    // Ids are pinned for the manifest's sampling: a run that samples otherwise has none to match.
+    let same_sampling = prepared.manifest.as_ref().is_none_or(|m| m.manifest.parameters.sampling == params.sampling);
+    let expectations = prepared.expectations().filter(|_| same_sampling).cloned();
     let model = &prepared.model.loaded;
     let weights = model.model.weight_dtype();
 
     let mut jobs = Vec::new();
     let mut job_records = Vec::new();
     for (i, spec) in params.jobs.iter().enumerate() {
-        let job = Job::from_spec(model, spec).with_context(|| format!("jobs[{i}].prompt"))?;
+        let mut job = Job::from_spec(model, spec).with_context(|| format!("jobs[{i}].prompt"))?;
+        job.sampling = Sampling { seed: params.sampling.seed.wrapping_add(i as u64), ..params.sampling };
         let (prompt_tokens, context) = (job.prompt_ids.len(), model.config.max_position_embeddings);
         if prompt_tokens.checked_add(spec.max_new_tokens).is_none_or(|n| n > context) {
             bail!(

@@ -6,6 +6,7 @@ use common::evidence::ClaimResult;
 use common::manifest::Invalid;
 use common::policy::Policy;
 use common::provenance::Provenance;
+use common::sample::Sampling;
 pub use common::schedule::JobSpec;
 use common::schedule::{request_metrics, RunConfig, TimelineStep};
 use common::session::{FinishReason, StepKind};
@@ -25,6 +26,14 @@ pub struct Parameters {
     pub rounds: usize,
     /// Unrecorded repetitions before the measured ones.
     pub warmup: usize,
+    /// How every job's ids are picked, in every run; job `i` draws with seed `seed + i`. Absent:
+    /// greedy.
+    #[serde(default, skip_serializing_if = "is_greedy")]
+    pub sampling: Sampling,
+}
+
+fn is_greedy(s: &Sampling) -> bool {
+    *s == Sampling::GREEDY
 }
 
 /// The scheduler manifest's `expectations`.
@@ -50,12 +59,13 @@ impl Parameters {
     /// three runs. The default for runs without a manifest.
     pub fn seed() -> Self {
         let seed = common::schedule::seed_workload();
-        Parameters { jobs: seed.jobs, runs: seed.runs, rounds: 1, warmup: 0 }
+        Parameters { jobs: seed.jobs, runs: seed.runs, rounds: 1, warmup: 0, sampling: Sampling::GREEDY }
     }
 
     /// Checks everything that can be checked before the model is touched; one line per problem,
     /// naming the field.
     pub fn validate(&self) -> Result<(), Invalid> {
+        self.sampling.check().map_err(|e| Invalid::new(format!("sampling.{}", e.field), e.to_string()))?;
         if self.jobs.is_empty() {
             return Err(Invalid::new("parameters.jobs", "empty; give at least one job"));
         }

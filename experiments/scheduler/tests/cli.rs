@@ -227,6 +227,10 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         ),
         ("jobs[2].arrival_ms: -1.0 ms", Box::new(|m| m["parameters"]["jobs"][2]["arrival_ms"] = (-1.0).into())),
         ("unknown field `colour`", Box::new(|m| m["parameters"]["colour"] = "red".into())),
+        (
+            "sampling.top_p: sampling `top_p` is 0: it must be above 0 and at most 1",
+            Box::new(|m| m["parameters"]["sampling"] = serde_json::json!({"temperature": 1.0, "top_p": 0.0})),
+        ),
     ];
     for (expected, edit) in cases {
         let (o, artifact) = run_edited(edit);
@@ -238,6 +242,34 @@ fn bad_input_is_a_one_line_error_naming_the_field_and_writes_nothing() {
         assert!(!wrote, "{expected}: an artifact was written");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// Sampling flags override the manifest for every run: the ids then differ from the greedy ones
+/// and are the same under every policy and chunk size, and the audit reads the run back.
+#[test]
+fn sampled_runs_draw_the_same_ids_under_every_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let args: Vec<&str> = ["--rounds", "1", "--warmup", "0", "--chunk-size", "7", "--chunk-size", "64", "--out"]
+            .into_iter()
+            .chain([out.to_str().unwrap()])
+            .chain(extra.iter().copied())
+            .collect();
+        let o = scheduler(&models, &args, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        read(&out).1
+    };
+    let sampled = run("sampled.json", &["--temperature", "0.9", "--top-k", "30", "--sampling-seed", "5"]);
+    let greedy = run("greedy.json", &[]);
+    assert!(sampled.checks.output_ids_identical, "{:?}", sampled.checks.differences);
+    assert_eq!(sampled.runs.len(), 6, "every policy with both chunk sizes");
+    assert_eq!(sampled.parameters.sampling.top_k, 30);
+    assert_ne!(sampled.runs[0].requests[0].output_ids, greedy.runs[0].requests[0].output_ids);
+    let ws = common::workspace::Workspace { root: root() };
+    let report = audit::Audit::new(&ws, &[&scheduler::Scheduler]).audit_artifact(&tmp.path().join("sampled.json"));
+    assert_eq!(report.verdict, audit::Verdict::Ok, "{:#?}", report.findings);
 }
 
 #[test]

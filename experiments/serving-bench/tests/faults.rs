@@ -207,7 +207,7 @@ async fn headers_an_api_key_from_any_variable_and_the_completions_endpoint_are_s
     let (headers, names) = request_headers(&specs, &[], Some("SERVING_BENCH_TEST_CREDENTIAL")).unwrap();
     assert_eq!(names, ["x-bench", "x-api-token", "authorization"]);
     let (base, seen) = scripted_seeing(vec![Step::Write(good_sse().into_bytes())]).await;
-    let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true, continuous_usage: false };
+    let options = RequestOptions { endpoint: Endpoint::Completions, ignore_eos: true, ..Default::default() };
     let target = target(Kind::OpenAi, base, options);
     let t = timeouts();
     let r = run_with(&http_client(&t, headers, false), target, t).await;
