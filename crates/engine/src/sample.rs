@@ -197,6 +197,34 @@ fn renormalized(mut kept: Vec<(u32, f64)>) -> Vec<(u32, f64)> {
     kept
 }
 
+/// A generated token's log-probability under the model (the log-softmax of the raw logits,
+/// before any penalty, temperature or filter, as vLLM reports by default), and the `top` most
+/// likely ids' (ties in id order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f64,
+    pub top: Vec<(u32, f64)>,
+}
+
+impl TokenLogprob {
+    /// `id`'s entry among `logits` (every id, in id order).
+    pub fn of(id: u32, logits: &[(u32, f32)], top: usize) -> TokenLogprob {
+        let max = logits.iter().map(|(_, l)| *l as f64).fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + logits.iter().map(|(_, l)| (*l as f64 - max).exp()).sum::<f64>().ln();
+        let logprob_of = |l: f32| l as f64 - lse;
+        let own = logits.iter().find(|(i, _)| *i == id).map_or(f64::NEG_INFINITY, |(_, l)| logprob_of(*l));
+        let mut best: Vec<(u32, f32)> = logits.to_vec();
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if top > 0 && top < best.len() {
+            best.select_nth_unstable_by(top - 1, by_logit);
+        }
+        best.truncate(top);
+        best.sort_unstable_by(by_logit);
+        TokenLogprob { id, logprob: own, top: best.into_iter().map(|(i, l)| (i, logprob_of(l))).collect() }
+    }
+}
+
 /// A uniform number in [0, 1) for `position` of a request seeded `seed`: the first 53 bits of
 /// ChaCha8's stream number `position` under key `seed`.
 pub fn uniform(seed: u64, position: usize) -> f64 {
@@ -240,6 +268,17 @@ mod tests {
         let penalized = s.distribution(every(&[4.0, -1.0, 3.0]), &[0, 1, 0, 0, 99]);
         let plain = Sampling { temperature: 1.0, ..Sampling::GREEDY }.distribution(every(&[2.0, -2.0, 3.0]), &[]);
         assert_eq!(penalized, plain);
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_of_the_raw_logits() {
+        let logits = every(&[1.0, 3.0, 2.0, 3.0]);
+        let t = TokenLogprob::of(2, &logits, 2);
+        let lse = (1f64.exp() + 2.0 * 3f64.exp() + 2f64.exp()).ln();
+        assert!((t.logprob - (2.0 - lse)).abs() < 1e-12);
+        assert_eq!(t.top.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 3]);
+        assert!((t.top[0].1 - (3.0 - lse)).abs() < 1e-12);
+        assert!(TokenLogprob::of(0, &logits, 0).top.is_empty());
     }
 
     #[test]

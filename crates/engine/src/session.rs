@@ -19,7 +19,7 @@
 use crate::load::LoadedModel;
 use crate::policy::Candidate;
 use crate::qwen::{Cache, KvPool, Next, Qwen2, Want};
-use crate::sample::{Sampling, SamplingError};
+use crate::sample::{Sampling, SamplingError, TokenLogprob};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +103,10 @@ pub struct Session {
     max_new_tokens: usize,
     stop_ids: Vec<u32>,
     sampling: Sampling,
+    /// Alternatives to report with each generated token's log-probability, when asked; and
+    /// those log-probabilities, in output order.
+    logprobs: Option<usize>,
+    token_logprobs: Vec<TokenLogprob>,
     finished: Option<FinishReason>,
     preemptions: usize,
     /// Positions taken from the prefix cache over its life, and those not yet reported by a step.
@@ -158,6 +162,8 @@ impl Session {
             max_new_tokens,
             stop_ids: model.stop_ids.clone(),
             sampling: Sampling::GREEDY,
+            logprobs: None,
+            token_logprobs: Vec::new(),
             finished: None,
             preemptions: 0,
             reused: 0,
@@ -177,6 +183,21 @@ impl Session {
         sampling.check()?;
         self.sampling = sampling;
         Ok(self)
+    }
+
+    /// The same session, recording each generated token's log-probability and those of the
+    /// `top` most likely ids at its position ([`Session::logprobs`]). Every step that makes a
+    /// token then computes every logit; the ids are the same.
+    pub fn with_logprobs(mut self, top: usize) -> Self {
+        self.logprobs = Some(top);
+        self
+    }
+
+    /// The log-probabilities of the tokens generated so far, when asked for
+    /// ([`Session::with_logprobs`]); empty otherwise. A token generated before a preemption keeps
+    /// its entry.
+    pub fn logprobs(&self) -> &[TokenLogprob] {
+        &self.token_logprobs
     }
 
     pub fn is_finished(&self) -> bool {
@@ -342,6 +363,8 @@ impl Session {
     fn wants(&self, plan: &Plan) -> Want {
         if !self.produces_token(plan) {
             Want::Nothing
+        } else if self.logprobs.is_some() {
+            Want::Logits
         } else if self.sampling.is_greedy() {
             Want::Greedy
         } else if let Some(k) = self.sampling.screened_top_k() {
@@ -357,7 +380,19 @@ impl Session {
         let token = match next {
             Next::Nothing => None,
             Next::Id(id) => Some(id),
-            Next::Candidates(candidates) => Some(self.sampling.pick(candidates, &self.tokens, self.tokens.len())),
+            Next::Candidates(candidates) => {
+                let raw = self.logprobs.map(|top| (top, candidates.clone()));
+                let id = if self.sampling.is_greedy() {
+                    // Every logit, for log-probabilities: the first largest, as the screen gives.
+                    candidates.iter().fold(candidates[0], |best, c| if c.1 > best.1 { *c } else { best }).0
+                } else {
+                    self.sampling.pick(candidates, &self.tokens, self.tokens.len())
+                };
+                if let Some((top, raw)) = raw {
+                    self.token_logprobs.push(TokenLogprob::of(id, &raw, top));
+                }
+                Some(id)
+            }
         };
         debug_assert_eq!(token.is_some(), self.produces_token(&plan));
         if let Some(t) = token {

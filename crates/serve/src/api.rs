@@ -5,7 +5,7 @@
 // size of axum's Response is the price of that and is paid only on the error path.
 #![allow(clippy::result_large_err)]
 
-use super::engine::{Event, Finished, Job};
+use super::engine::{Event, Finished, Job, Logprob};
 use super::request::{self, Endpoint, GenerationRequest, Input, Rejection};
 use super::AppState;
 use axum::body::{Body, Bytes};
@@ -185,6 +185,7 @@ fn submit(state: &AppState, prepared: &Prepared) -> Result<mpsc::UnboundedReceiv
         ignore_eos: prepared.request.ignore_eos,
         sampling: prepared.request.sampling,
         stop: prepared.request.stop.clone(),
+        logprobs: prepared.request.logprobs,
         tx,
         received: Instant::now(),
     };
@@ -232,17 +233,60 @@ enum Unanswered {
     Stopped,
 }
 
-/// Waits for the whole answer: its text and how it ended.
-async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Finished), Unanswered> {
-    let mut text = String::new();
+/// Waits for the whole answer: its text, its tokens' log-probabilities (when asked) and how it
+/// ended.
+async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Vec<Logprob>, Finished), Unanswered> {
+    let (mut text, mut logprobs) = (String::new(), Vec::new());
     while let Some(event) = rx.recv().await {
         match event {
-            Event::Text { text: t, .. } => text.push_str(&t),
+            Event::Text { text: t, logprobs: l, .. } => {
+                text.push_str(&t);
+                logprobs.extend(l);
+            }
             Event::Error(e) => return Err(Unanswered::Engine(e)),
-            Event::Done(d) => return Ok((text, d)),
+            Event::Done(d) => return Ok((text, logprobs, d)),
         }
     }
     Err(Unanswered::Stopped)
+}
+
+/// Log-probabilities as OpenAI's chat completions give them (`choices[].logprobs`), or `null`
+/// when not asked.
+fn chat_logprobs(asked: bool, logprobs: &[Logprob]) -> Value {
+    let entry = |token: &str, logprob: f64| json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()});
+    let content: Vec<Value> = logprobs
+        .iter()
+        .map(|l| {
+            let mut e = entry(&l.token, l.logprob);
+            e["top_logprobs"] = l.top.iter().map(|(t, lp)| entry(t, *lp)).collect();
+            e
+        })
+        .collect();
+    if asked {
+        json!({"content": content})
+    } else {
+        Value::Null
+    }
+}
+
+/// Log-probabilities as OpenAI's (legacy) completions give them, `offset` being the characters
+/// of the answer before these tokens; `null` when not asked.
+fn completion_logprobs(asked: bool, logprobs: &[Logprob], offset: usize) -> Value {
+    if !asked {
+        return Value::Null;
+    }
+    let mut offsets = Vec::with_capacity(logprobs.len());
+    let mut at = offset;
+    for l in logprobs {
+        offsets.push(at);
+        at += l.token.chars().count();
+    }
+    json!({
+        "tokens": logprobs.iter().map(|l| &l.token).collect::<Vec<_>>(),
+        "token_logprobs": logprobs.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+        "top_logprobs": logprobs.iter().map(|l| l.top.iter().map(|(t, lp)| (t.clone(), json!(lp))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
+        "text_offset": offsets,
+    })
 }
 
 /// A streaming body: one chunk per engine event, written as it arrives. Dropping the body (the
@@ -250,7 +294,7 @@ async fn collect(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<(String, Fin
 fn stream_body(
     rx: mpsc::UnboundedReceiver<Event>,
     first: Option<Bytes>,
-    render: impl Fn(Event) -> Vec<Bytes> + Send + 'static,
+    mut render: impl FnMut(Event) -> Vec<Bytes> + Send + 'static,
 ) -> Body {
     let events = futures_util::stream::unfold((rx, false), |(mut rx, ended)| async move {
         if ended {
@@ -304,14 +348,17 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         if chat { (response_id("chatcmpl"), "chat.completion") } else { (response_id("cmpl"), "text_completion") };
     let model = state.config.model_name.clone();
     let created = now_secs();
+    let asked = prepared.request.logprobs.is_some();
     if !prepared.request.stream {
         return match collect(&mut rx).await {
             Err(e) => error(true, 500, "", e.to_string()),
-            Ok((text, d)) => {
+            Ok((text, logprobs, d)) => {
                 let choice = if chat {
-                    json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason(d.reason)})
+                    json!({"index": 0, "message": {"role": "assistant", "content": text},
+                           "logprobs": chat_logprobs(asked, &logprobs), "finish_reason": finish_reason(d.reason)})
                 } else {
-                    json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason(d.reason)})
+                    json!({"index": 0, "text": text, "logprobs": completion_logprobs(asked, &logprobs, 0),
+                           "finish_reason": finish_reason(d.reason)})
                 };
                 Json(json!({"id": id, "object": object, "created": created, "model": model,
                             "choices": [choice], "usage": usage(&d)}))
@@ -338,9 +385,19 @@ async fn openai(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         v["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
         sse(&v)
     });
+    // Characters sent so far, for completions' text offsets.
+    let mut sent_chars = 0;
     let body = stream_body(rx, first, move |event| match event {
-        Event::Text { text, tokens } => {
+        Event::Text { text, tokens, logprobs } => {
             let mut v = chunk(Some(&text), None);
+            if asked {
+                v["choices"][0]["logprobs"] = if chat {
+                    chat_logprobs(true, &logprobs)
+                } else {
+                    completion_logprobs(true, &logprobs, sent_chars)
+                };
+            }
+            sent_chars += text.chars().count();
             if let Some(prompt) = continuous {
                 v["usage"] = usage_counts(prompt, tokens);
             }
@@ -400,7 +457,7 @@ async fn ollama(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     if !prepared.request.stream {
         return match collect(&mut rx).await {
             Err(e) => error(false, 500, "", e.to_string()),
-            Ok((text, d)) => ([(header::CONTENT_TYPE, "application/json")], line(&text, Some(&d))).into_response(),
+            Ok((text, _, d)) => ([(header::CONTENT_TYPE, "application/json")], line(&text, Some(&d))).into_response(),
         };
     }
     let body = stream_body(rx, None, move |event| match event {

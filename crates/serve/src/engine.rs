@@ -23,6 +23,8 @@ pub(crate) struct Job {
     pub ignore_eos: bool,
     pub sampling: Sampling,
     pub stop: Vec<String>,
+    /// Alternatives with each token's log-probability, when asked.
+    pub logprobs: Option<usize>,
     pub tx: mpsc::UnboundedSender<Event>,
     pub received: Instant,
 }
@@ -30,14 +32,24 @@ pub(crate) struct Job {
 /// What the engine tells one request's handler.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// Text made by one step (whole characters only), and the tokens generated so far.
+    /// Text made by one step (whole characters only), the tokens generated so far, and the
+    /// log-probabilities of the tokens made since the last event (when asked).
     Text {
         text: String,
         tokens: usize,
+        logprobs: Vec<Logprob>,
     },
     Done(Finished),
     /// The request failed inside a step, or could not start; the reason.
     Error(String),
+}
+
+/// A generated token's log-probability, with its text and its alternatives', for an answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Logprob {
+    pub token: String,
+    pub logprob: f64,
+    pub top: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +105,8 @@ struct Active {
     /// The stop strings, and whether one has appeared (the answer ends at this step).
     stop: StopText,
     stopped: bool,
+    /// Log-probabilities already sent.
+    logged: usize,
     prompt_eval: Duration,
     eval: Duration,
     /// Prompt tokens its first prefill found cached (`None` before that step).
@@ -135,7 +149,11 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                         continue;
                     }
                     let session = Session::in_pool(&model, &settings.kv, job.prompt_ids.clone(), job.max_tokens)
-                        .and_then(|s| s.with_sampling(job.sampling));
+                        .and_then(|s| s.with_sampling(job.sampling))
+                        .map(|s| match job.logprobs {
+                            Some(top) => s.with_logprobs(top),
+                            None => s,
+                        });
                     match session {
                         Ok(session) if stepper.could_fit(&session) => {
                             let session = if job.ignore_eos { session.without_stop_ids() } else { session };
@@ -172,6 +190,7 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                 text: Detokenizer::default(),
                 stop,
                 stopped: false,
+                logged: 0,
                 prompt_eval: Duration::ZERO,
                 eval: Duration::ZERO,
                 cached: None,
@@ -249,20 +268,37 @@ impl Active {
                 Some(previous) => metrics.inter_token_latency.observe((times.ended - previous).as_secs_f64()),
             }
             if let Some(text) = self.text.next(model, session.output(), false) {
-                self.send(text, session);
+                self.send(model, text, session);
             }
         }
     }
 
-    /// Sends `text` less any stop string and what follows it (or what could still begin one).
-    fn send(&mut self, text: String, session: &Session) {
+    /// The log-probabilities of the tokens made since the last sent, rendered.
+    fn new_logprobs(&mut self, model: &LoadedModel, session: &Session) -> Vec<Logprob> {
+        let fresh = &session.logprobs()[self.logged.min(session.logprobs().len())..];
+        self.logged = session.logprobs().len();
+        let text = |id: u32| model.decode(&[id]);
+        fresh
+            .iter()
+            .map(|t| Logprob {
+                token: text(t.id),
+                logprob: t.logprob,
+                top: t.top.iter().map(|(id, lp)| (text(*id), *lp)).collect(),
+            })
+            .collect()
+    }
+
+    /// Sends `text` less any stop string and what follows it (or what could still begin one),
+    /// with the log-probabilities of the tokens made since the last event.
+    fn send(&mut self, model: &LoadedModel, text: String, session: &Session) {
         if self.stopped {
             return;
         }
         let fed = self.stop.feed(&text);
         self.stopped = fed.stopped;
-        if !fed.text.is_empty() {
-            let _ = self.job.tx.send(Event::Text { text: fed.text, tokens: session.output().len() });
+        let logprobs = self.new_logprobs(model, session);
+        if !fed.text.is_empty() || !logprobs.is_empty() {
+            let _ = self.job.tx.send(Event::Text { text: fed.text, tokens: session.output().len(), logprobs });
         }
     }
 
@@ -271,11 +307,12 @@ impl Active {
     /// KV blocks) is gone: a client that reads `/health` after its answer sees them free.
     fn finish(&mut self, model: &LoadedModel, session: Session) {
         if let Some(text) = self.text.next(model, session.output(), true) {
-            self.send(text, &session);
+            self.send(model, text, &session);
         }
         let held = if self.stopped { String::new() } else { self.stop.flush() };
-        if !held.is_empty() {
-            let _ = self.job.tx.send(Event::Text { text: held, tokens: session.output().len() });
+        let logprobs = if self.stopped { Vec::new() } else { self.new_logprobs(model, &session) };
+        if !held.is_empty() || !logprobs.is_empty() {
+            let _ = self.job.tx.send(Event::Text { text: held, tokens: session.output().len(), logprobs });
         }
         let reason = if self.stopped { Some(FinishReason::Stop) } else { session.finish_reason() };
         let done = Finished {

@@ -3,8 +3,8 @@
 //! field, never a panic: the property tests feed this generated and mutated bodies.
 //!
 //! Fields the server has no use for are ignored, as other servers do; fields that would change
-//! the answer in a way this single-choice server cannot honour (`n` > 1, `logprobs`, `tools`,
-//! `echo`, a non-zero presence penalty, ...) are refused rather than silently dropped.
+//! the answer in a way this single-choice server cannot honour (`n` > 1, `tools`, `echo`, a
+//! non-zero presence penalty, ...) are refused rather than silently dropped.
 //!
 //! Sampling: temperature 0 (greedy) unless a request sets one, as the checkpoints'
 //! `generation_config.json` says (`do_sample` false), not OpenAI's 1: an answer is reproducible
@@ -85,7 +85,13 @@ pub struct GenerationRequest {
     pub sampling: Sampling,
     /// Texts that end the answer where they first appear (never sent themselves).
     pub stop: Vec<String>,
+    /// Report each generated token's log-probability with this many alternatives (OpenAI chat's
+    /// `logprobs` and `top_logprobs`, completions' `logprobs`).
+    pub logprobs: Option<usize>,
 }
+
+/// The most alternatives a token's log-probability comes with (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// The most stop strings a request may give (OpenAI's limit).
 pub const MAX_STOPS: usize = 4;
@@ -155,6 +161,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
             };
             let ignore_eos = optional_bool("ignore_eos", obj.get("ignore_eos"))?.unwrap_or(false);
             let (sampling, stop) = sampling(obj, false)?;
+            let logprobs = logprobs(obj, endpoint == Endpoint::OpenAiChat)?;
             Ok(GenerationRequest {
                 model,
                 input,
@@ -166,6 +173,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 ignore_eos,
                 sampling,
                 stop,
+                logprobs,
             })
         }
         Endpoint::OllamaChat | Endpoint::OllamaGenerate => {
@@ -234,6 +242,7 @@ pub fn parse(endpoint: Endpoint, content_type: Option<&str>, body: &[u8]) -> Res
                 ignore_eos: false,
                 sampling: sampling_settings,
                 stop,
+                logprobs: None,
             })
         }
     }
@@ -260,7 +269,7 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), Rejection> {
             }
         }
     }
-    for field in ["logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "response_format", "logit_bias"] {
+    for field in ["echo", "suffix", "tools", "functions", "response_format", "logit_bias"] {
         if obj.get(field).is_some_and(|v| !is_empty(v) && v != &Value::Bool(false)) {
             return Err(Rejection::bad(field, format!("`{field}` is not supported by this server; leave it out")));
         }
@@ -416,6 +425,31 @@ fn clock_seed() -> u64 {
     nanos ^ NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).rotate_left(32)
 }
 
+/// The alternatives asked for with each token's log-probability: chat's `logprobs` (true or
+/// false) with `top_logprobs`, or completions' `logprobs` (a count).
+fn logprobs(obj: &Map<String, Value>, chat: bool) -> Result<Option<usize>, Rejection> {
+    let count = |field: &str, v: &Value| match v.as_u64() {
+        Some(n) if n <= MAX_TOP_LOGPROBS as u64 => Ok(n as usize),
+        _ => Err(Rejection::bad(field, format!("`{field}` must be an integer from 0 to {MAX_TOP_LOGPROBS}, not {v}"))),
+    };
+    let top = obj.get("top_logprobs").filter(|v| !v.is_null());
+    if !chat {
+        if top.is_some() {
+            return Err(Rejection::bad(
+                "top_logprobs",
+                "completions take `logprobs` as a count; leave out `top_logprobs`",
+            ));
+        }
+        return obj.get("logprobs").filter(|v| !v.is_null()).map(|v| count("logprobs", v)).transpose();
+    }
+    let asked = optional_bool("logprobs", obj.get("logprobs"))?.unwrap_or(false);
+    match (asked, top) {
+        (false, Some(_)) => Err(Rejection::bad("top_logprobs", "`top_logprobs` needs `logprobs`: true")),
+        (false, None) => Ok(None),
+        (true, top) => Ok(Some(top.map(|v| count("top_logprobs", v)).transpose()?.unwrap_or(0))),
+    }
+}
+
 fn optional_bool(field: &str, v: Option<&Value>) -> Result<Option<bool>, Rejection> {
     match v {
         None | Some(Value::Null) => Ok(None),
@@ -525,6 +559,10 @@ mod tests {
             (chat(r#","stop":["a","b","c","d","e"]"#), Some("stop")),
             (chat(r#","stop":[""]"#), Some("stop")),
             (chat(r#","presence_penalty":0.5"#), Some("presence_penalty")),
+            (chat(r#","logprobs":true,"top_logprobs":5"#), None),
+            (chat(r#","top_logprobs":5"#), Some("top_logprobs")),
+            (chat(r#","logprobs":true,"top_logprobs":21"#), Some("top_logprobs")),
+            (chat(r#","logprobs":3"#), Some("logprobs")),
             (chat(r#","temperature":3"#), Some("temperature")),
             (chat(r#","stream_options":{"include_usage":"yes"}"#), Some("stream_options.include_usage")),
             (chat(r#","stream_options":{"continuous_usage_stats":1}"#), Some("stream_options.continuous_usage_stats")),
@@ -623,6 +661,14 @@ mod tests {
             Sampling { temperature: 0.7, top_k: 50, top_p: 0.9, min_p: 0.05, repetition_penalty: 1.2, seed: u64::MAX };
         assert_eq!((a.sampling, b.sampling), (expected, expected));
         assert_eq!((a.stop, b.stop), (vec!["END".to_string()], vec!["END".to_string()]));
+        let r = parse(Endpoint::OpenAiCompletions, None, br#"{"model":"m","prompt":"x","logprobs":3}"#).unwrap();
+        assert_eq!(r.logprobs, Some(3));
+        let r = parse(
+            Endpoint::OpenAiChat,
+            None,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
+        );
+        assert_eq!(r.unwrap().logprobs, Some(0));
         // Unset: greedy, no stops; vLLM's top_k -1 is every id.
         let r = parse(Endpoint::OpenAiCompletions, None, br#"{"model":"m","prompt":"x","top_k":-1}"#).unwrap();
         assert!(r.sampling.is_greedy() && r.sampling.top_k == 0 && r.stop.is_empty());

@@ -821,3 +821,50 @@ async fn a_stop_string_ends_the_answer_before_it_in_both_apis() {
     assert_eq!(h["active"], 0);
     s.stop().await;
 }
+
+/// Log-probabilities in OpenAI's two shapes: one per generated token, at most 0, each token's
+/// alternatives from the most likely down; a greedy token is its own first alternative; and
+/// asking for them changes no text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_come_one_per_token_in_chat_and_completions_and_change_nothing() {
+    let (s, base, _tmp) = server(|_| {}).await;
+    let http = reqwest::Client::new();
+    let (_, plain) = post(&http, format!("{base}/v1/chat/completions"), &chat(6, false)).await;
+    let mut body = chat(6, false);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    let (status, v) = post(&http, format!("{base}/v1/chat/completions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"], plain["choices"][0]["message"], "the same text");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 6, "{v}");
+    for entry in content {
+        let top = entry["top_logprobs"].as_array().unwrap();
+        let logprob = entry["logprob"].as_f64().unwrap();
+        assert_eq!(top.len(), 3);
+        assert!(logprob <= 0.0 && top.windows(2).all(|p| p[0]["logprob"].as_f64() >= p[1]["logprob"].as_f64()));
+        assert_eq!((&top[0]["token"], top[0]["logprob"].as_f64()), (&entry["token"], Some(logprob)), "greedy");
+        assert_eq!(entry["bytes"], json!(entry["token"].as_str().unwrap().as_bytes()));
+    }
+    assert!(plain["choices"][0]["logprobs"].is_null(), "not asked, null");
+    // Streamed: the same entries, spread over the chunks.
+    body["stream"] = json!(true);
+    let text = http.post(format!("{base}/v1/chat/completions")).json(&body).send().await.unwrap().text().await.unwrap();
+    let streamed: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .flat_map(|e| e["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(&streamed, content);
+    // Completions: a count of alternatives, with text offsets.
+    let body = json!({"model": "tiny", "prompt": "Explain cache", "max_tokens": 5, "logprobs": 2, "ignore_eos": true});
+    let (_, v) = post(&http, format!("{base}/v1/completions"), &body).await;
+    let l = &v["choices"][0]["logprobs"];
+    assert_eq!(l["tokens"].as_array().unwrap().len(), 5, "{v}");
+    assert_eq!(l["token_logprobs"].as_array().unwrap().len(), 5);
+    assert!(l["top_logprobs"].as_array().unwrap().iter().all(|t| t.as_object().unwrap().len() <= 2));
+    assert_eq!(l["text_offset"][0], 0);
+    s.stop().await;
+}
