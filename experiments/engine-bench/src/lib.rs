@@ -292,6 +292,10 @@ pub struct Artifact {
     /// What did not run, and why.
     pub skipped: Vec<String>,
     pub overhead: Vec<Overhead>,
+    /// The sampling the sampled decode step drew with ([`SAMPLED_STEP`]); absent from runs made
+    /// before that comparison, which then lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<Sampling>,
     pub provenance: Provenance,
 }
 
@@ -335,13 +339,13 @@ pub const SAMPLED_STEP: &str = "sampled vs greedy decode step";
 pub const SAMPLED: Sampling =
     Sampling { temperature: 0.7, top_k: 50, top_p: 0.9, min_p: 0.0, repetition_penalty: 1.0, seed: 1 };
 
-/// The comparisons every run makes, whatever ran beside it, and what their pairs count.
-const ALWAYS: [(&str, Pairs); 5] = [
+/// The comparisons every run makes, whatever ran beside it, and what their pairs count (and
+/// [`SAMPLED_STEP`], in every run that records its sampling).
+const ALWAYS: [(&str, Pairs); 4] = [
     ("decode vs stock candle", Pairs::Rounds),
     ("decode step, long vs short context", Pairs::Steps),
     ("batched decode step", Pairs::Steps),
     (STREAM, Pairs::Steps),
-    (SAMPLED_STEP, Pairs::Steps),
 ];
 
 /// What a comparison's pairs are counted in: the parameters' rounds, its prompt length's rounds,
@@ -374,6 +378,9 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
         })
         .collect();
     let mut planned: Vec<(String, Pairs)> = ALWAYS.iter().map(|(n, k)| (n.to_string(), *k)).collect();
+    if a.sampled.is_some() {
+        planned.push((SAMPLED_STEP.to_string(), Pairs::Steps));
+    }
     let mut agreements = Vec::new();
     for pair in &llama {
         for prompt in &p.prompts {

@@ -305,6 +305,7 @@ fn run(args: Args) -> Result<()> {
         llama_cpp: llama_record,
         skipped,
         overhead,
+        sampled: Some(engine_bench::SAMPLED),
         provenance,
     };
     let path = prepared.write(&artifact)?;
