@@ -134,6 +134,7 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
             },
         }
     }
+    checked_outputs(artifact, f);
     match &artifact.arguments.arrivals {
         Some(arrivals) => open_loop(arrivals, artifact.arguments.seed, &artifact.requests, f),
         None => {
@@ -186,6 +187,94 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
     }
 }
 
+/// The output checks, recomputed: a kept text is the one its digest names, texts are kept where
+/// the run keeps them (and only on answers with a digest), each answer's inconsistency is the
+/// one its record and text give, and `check_agreement`'s comparison and verdicts are the ones
+/// the records and the probe's log-probabilities give.
+fn checked_outputs(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let stops = &a.arguments.sampling.stop;
+    let keeps = a.arguments.check_agreement || !stops.is_empty();
+    for (i, r) in a.requests.iter().enumerate() {
+        let at = |k: &str| format!("requests[{i}].{k}");
+        let Some(digest) = &r.text_sha256 else {
+            if r.text.is_some() || r.inconsistency.is_some() {
+                f.wrong("invariants", at("text_sha256"), "missing beside a kept text or an inconsistency");
+            }
+            continue;
+        };
+        match &r.text {
+            Some(text) => {
+                let own = common::digest::bytes_digest(text.as_bytes(), common::digest::Algorithm::Sha256);
+                if &own != digest {
+                    f.wrong("invariants", at("text"), format!("digests to {own}, not the recorded text_sha256"));
+                }
+            }
+            None if keeps => f.wrong(
+                "invariants",
+                at("text"),
+                "missing: a run with check_agreement or stop strings keeps every answer's text",
+            ),
+            None => {}
+        }
+        let fresh = crate::serving::output_inconsistency(r, r.text.as_deref(), stops);
+        if fresh != r.inconsistency {
+            f.wrong(
+                "invariants",
+                at("inconsistency"),
+                format!("recorded {:?}, recomputed from the record {fresh:?}", r.inconsistency),
+            );
+        }
+    }
+    if !a.arguments.check_agreement {
+        if !a.agreement.is_empty() {
+            f.wrong("invariants", "agreement", "recorded, but the run did not check agreement");
+        }
+        return;
+    }
+    let fresh = crate::serving::compare(&a.runtimes, &a.requests);
+    if fresh.len() != a.agreement.len() {
+        f.wrong(
+            "invariants",
+            "agreement",
+            format!("{} pairs, where the targets make {}", a.agreement.len(), fresh.len()),
+        );
+    }
+    for (i, (pair, fresh)) in a.agreement.iter().zip(&fresh).enumerate() {
+        let at = |k: &str| format!("agreement[{i}].{k}");
+        let recomputed = crate::serving::Agreement { explanations: pair.explanations.clone(), ..fresh.clone() };
+        if *pair != recomputed {
+            let field = if pair.targets != fresh.targets {
+                "targets"
+            } else if (pair.compared, pair.identical) != (fresh.compared, fresh.identical) {
+                "identical"
+            } else if pair.share != fresh.share {
+                "share"
+            } else {
+                "differences"
+            };
+            f.wrong("invariants", at(field), "not what the requests' texts give");
+        }
+        let asked: Vec<&str> = pair.explanations.iter().map(|e| e.prompt.as_str()).collect();
+        let differing = crate::serving::differing_prompts(fresh);
+        if asked != differing.iter().map(String::as_str).collect::<Vec<_>>() {
+            f.wrong(
+                "invariants",
+                at("explanations"),
+                format!("for {asked:?}, where the answers differ on {differing:?}"),
+            );
+        }
+        for (j, e) in pair.explanations.iter().enumerate() {
+            if crate::serving::verdict(e) != (e.margins, e.near_tie) {
+                f.wrong(
+                    "invariants",
+                    format!("agreement[{i}].explanations[{j}].near_tie"),
+                    "the margins and verdict are not what its tokens' log-probabilities give",
+                );
+            }
+        }
+    }
+}
+
 /// What the artifact states twice, or what the code writes, agrees: the client host and the run
 /// id are the provenance's, the definitions are the code's, every request names a runtime's
 /// recorded server and a prompt the artifact holds (the seed's own, for the built-in workload),
@@ -203,7 +292,11 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     if a.run_id != p.run_id || a.created_at != p.started_at {
         f.wrong("invariants", "run_id", "run_id and created_at are provenance's run_id and started_at");
     }
-    let notes = crate::serving::measurement_notes();
+    let mut notes = crate::serving::measurement_notes();
+    // Answers with digests come with the definition of their checks (older ones have neither).
+    if a.requests.iter().any(|r| r.text_sha256.is_some()) {
+        notes.insert("output_checks".into(), crate::serving::output_checks_note());
+    }
     let (pacer, workers) = (crate::load::pacer_notes(), crate::load::workers_notes());
     let known = |(k, v): (&String, &String)| {
         notes.get(k) == Some(v)

@@ -290,6 +290,12 @@ pub struct BenchArgs {
     /// inter-token latency is per token rather than per chunk.
     #[arg(long)]
     pub continuous_usage: bool,
+    /// Compare the targets' answers request by request (for targets serving the same weights,
+    /// greedily): keep every answer's text, give the share identical per pair of targets and
+    /// where they part, and ask each prompt that differed again of both for log-probabilities,
+    /// to tell a near tie in the logits from a wrong answer.
+    #[arg(long)]
+    pub check_agreement: bool,
     /// Skip TLS certificate verification for https targets (recorded in the artifact).
     #[arg(long)]
     pub insecure: bool,
@@ -522,6 +528,7 @@ impl BenchArgs {
         p.ignore_eos |= args.ignore_eos;
         p.continuous_usage |= args.continuous_usage;
         p.tls_insecure |= args.insecure;
+        p.check_agreement |= args.check_agreement;
         if !args.percentiles.is_empty() {
             p.percentiles = args.percentiles.clone();
         }
@@ -626,6 +633,7 @@ impl BenchArgs {
             "scrape_metrics_s" => one("--scrape-metrics", self.scrape_metrics.is_some()),
             "server_kv_budget" => one("--server-kv-budget", self.server_kv_budget.is_some()),
             "sampling" => self.sampling_flags(),
+            "check_agreement" => one("--check-agreement", self.check_agreement),
             _ => Vec::new(),
         }
     }
@@ -657,6 +665,9 @@ impl BenchArgs {
         }
         if self.allow_failed_groups {
             requested["allow_failed_groups"] = json!(true);
+        }
+        if self.check_agreement {
+            requested["check_agreement"] = json!(true);
         }
         if let Some(b) = self.server_kv_budget {
             requested["server_kv_budget"] = json!(b);
@@ -738,6 +749,7 @@ pub fn seed_parameters() -> Parameters {
         slo: Default::default(),
         scrape_metrics_s: None,
         sampling: Default::default(),
+        check_agreement: false,
     }
 }
 

@@ -116,6 +116,8 @@ pub struct RequestOptions {
     pub continuous_usage: bool,
     /// The sampling every request asks for, and fields merged into every body.
     pub sampling: std::sync::Arc<crate::serving::Sampling>,
+    /// Keep each answer's text in its record (`check_agreement`, or stop strings to check).
+    pub keep_text: bool,
 }
 
 #[cfg(test)]
@@ -167,6 +169,22 @@ mod tests {
         // Nothing set: greedy, as every run before the flags.
         let spec = Spec { options: RequestOptions::default(), ..spec };
         assert_eq!(request_body(&target(Kind::OpenAi), &spec).1["temperature"], json!(0.0));
+    }
+
+    #[test]
+    fn both_of_openais_logprob_shapes_read_as_the_same_tokens() {
+        let chat = json!({"content": [
+            {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -2.5}]},
+            {"token": " c", "logprob": -0.5, "top_logprobs": [{"token": " c", "logprob": -0.5}]}
+        ]});
+        let legacy = json!({"tokens": ["a", " c"], "token_logprobs": [-0.1, -0.5],
+            "top_logprobs": [{"b": -2.5, "a": -0.1}, {" c": -0.5}], "text_offset": [0, 1]});
+        let read = token_choices(&chat).unwrap();
+        assert_eq!(read, token_choices(&legacy).unwrap());
+        assert_eq!((read[0].top[1].token.as_str(), read[1].chosen.logprob), ("b", -0.5));
+        assert_eq!(token_choices(&json!({"tokens": ["a"], "token_logprobs": [], "top_logprobs": []})), None);
+        assert_eq!(token_choices(&json!({"content": [{"token": "a"}]})), None);
+        assert_eq!(token_choices(&Value::Null), None);
     }
 
     #[test]
@@ -553,6 +571,9 @@ async fn measure_reply(
         max_tokens: Some(spec.max_tokens as u64),
         turn: None,
         resent: false,
+        text_sha256: None,
+        text: None,
+        inconsistency: None,
     };
     let mut reply = String::new();
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec, &mut reply).await;
@@ -566,6 +587,13 @@ async fn measure_reply(
         rec.error_detail = Some(detail);
     }
     rec.end_s = secs(Instant::now());
+    if !reply.is_empty() {
+        rec.text_sha256 = Some(common::digest::bytes_digest(reply.as_bytes(), common::digest::Algorithm::Sha256));
+        rec.inconsistency = serving::output_inconsistency(&rec, Some(&reply), &spec.options.sampling.stop);
+        if spec.options.keep_text {
+            rec.text = Some(reply.clone());
+        }
+    }
     (rec, reply)
 }
 
@@ -695,6 +723,111 @@ async fn stream_into(
         (true, None) => Err((ErrorClass::EmptyStream, "the stream ended well but carried no generated text".into())),
         (false, _) => Err((ErrorClass::TruncatedStream, "the stream ended before its final event".into())),
     }
+}
+
+/// The answer to `spec` with [`serving::PROBE_CANDIDATES`] log-probabilities per token: the
+/// request as measured, sent whole (not streamed), within the run's total timeout. OpenAI's chat
+/// shape (`logprobs.content`, which llama-server gives on either endpoint) and its legacy
+/// completions shape (`tokens`, `token_logprobs`, `top_logprobs`) are both read. `Err` says, on
+/// one line, why none came.
+pub async fn logprobs(
+    client: &Http,
+    target: &Runtime,
+    spec: &Spec<'_>,
+    timeouts: &Timeouts,
+) -> Result<Vec<serving::TokenChoice>, String> {
+    if target.kind == Kind::Ollama {
+        return Err("Ollama's API gives this client no log-probabilities".into());
+    }
+    let (endpoint, mut body) = request_body(target, spec);
+    let n = serving::PROBE_CANDIDATES;
+    if let Some(fields) = body.as_object_mut() {
+        fields.remove("stream_options");
+        fields.insert("stream".into(), json!(false));
+        match spec.options.endpoint {
+            Endpoint::Chat => fields.extend([("logprobs".into(), json!(true)), ("top_logprobs".into(), json!(n))]),
+            Endpoint::Completions => _ = fields.insert("logprobs".into(), json!(n)),
+        }
+    }
+    let answer = fetch_json(client.post(&endpoint).json(&body), &endpoint, timeouts.total).await;
+    let value = answer.map_err(|e| e.to_string())?;
+    token_choices(value.pointer("/choices/0/logprobs").unwrap_or(&Value::Null))
+        .ok_or_else(|| "the answer carries no log-probabilities in either of OpenAI's shapes".into())
+}
+
+/// `check_agreement`: every pair of targets compared answer by answer ([`serving::compare`]),
+/// and each prompt a pair's answers differed on asked again of both, alone, with
+/// log-probabilities ([`logprobs`], once per target and prompt however many pairs name it), its
+/// disagreement judged ([`serving::explain`]). `spec_of` gives the request for a prompt's name.
+pub async fn check_agreement<'a>(
+    client: &Http,
+    targets: &[Runtime],
+    records: &[RequestRecord],
+    spec_of: impl Fn(&str) -> Option<Spec<'a>>,
+    timeouts: &Timeouts,
+) -> Vec<serving::Agreement> {
+    let mut pairs = serving::compare(targets, records);
+    let mut asked: std::collections::HashMap<(String, String), Result<Vec<serving::TokenChoice>, String>> =
+        Default::default();
+    for pair in &mut pairs {
+        let prompts = serving::differing_prompts(pair);
+        if !prompts.is_empty() {
+            let [a, b] = &pair.targets;
+            println!(
+                "agreement: {a} and {b} differ on {} prompt(s); asking each again of both for log-probabilities",
+                prompts.len()
+            );
+        }
+        for prompt in prompts {
+            let Some(spec) = spec_of(&prompt) else { continue };
+            for name in &pair.targets {
+                let Some(target) = targets.iter().find(|t| &t.name == name) else { continue };
+                if let std::collections::hash_map::Entry::Vacant(slot) = asked.entry((name.clone(), prompt.clone())) {
+                    slot.insert(logprobs(client, target, &spec, timeouts).await);
+                }
+            }
+            let answer = |name: &String| &asked[&(name.clone(), prompt.clone())];
+            pair.explanations.push(serving::explain(&prompt, answer(&pair.targets[0]), answer(&pair.targets[1])));
+        }
+    }
+    pairs
+}
+
+/// A `logprobs` object's tokens, in either of OpenAI's shapes.
+fn token_choices(logprobs: &Value) -> Option<Vec<serving::TokenChoice>> {
+    let candidate = |token: &Value, logprob: &Value| {
+        Some(serving::Candidate { token: token.as_str()?.to_string(), logprob: logprob.as_f64()? })
+    };
+    if let Some(content) = logprobs.get("content").and_then(Value::as_array) {
+        return content
+            .iter()
+            .map(|t| {
+                let top = t.get("top_logprobs")?.as_array()?;
+                Some(serving::TokenChoice {
+                    chosen: candidate(t.get("token")?, t.get("logprob")?)?,
+                    top: top.iter().map(|c| candidate(c.get("token")?, c.get("logprob")?)).collect::<Option<_>>()?,
+                })
+            })
+            .collect();
+    }
+    let tokens = logprobs.get("tokens")?.as_array()?;
+    let chosen = logprobs.get("token_logprobs")?.as_array()?;
+    let tops = logprobs.get("top_logprobs")?.as_array()?;
+    if tokens.len() != chosen.len() || tokens.len() != tops.len() {
+        return None;
+    }
+    tokens
+        .iter()
+        .zip(chosen)
+        .zip(tops)
+        .map(|((token, logprob), top)| {
+            let mut top: Vec<serving::Candidate> =
+                top.as_object()?.iter().map(|(t, l)| candidate(&json!(t), l)).collect::<Option<_>>()?;
+            // A JSON object has no order: best first.
+            top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+            Some(serving::TokenChoice { chosen: candidate(token, logprob)?, top })
+        })
+        .collect()
 }
 
 /// Which timeout ran out, by the deadlines' order.

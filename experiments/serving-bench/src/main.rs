@@ -161,6 +161,7 @@ async fn plan(cli: &Cli) -> Result<Plan> {
         ignore_eos: params.ignore_eos,
         continuous_usage: params.continuous_usage,
         sampling: std::sync::Arc::new(params.sampling.clone()),
+        keep_text: params.check_agreement || !params.sampling.stop.is_empty(),
     };
 
     let embedded = match (embedded, &prepared.model) {
@@ -179,6 +180,9 @@ async fn plan(cli: &Cli) -> Result<Plan> {
         _ => None,
     };
     let targets = targets(args, &specs, embedded.as_ref(), prepared.model.as_ref(), &http, &timeouts).await?;
+    if params.check_agreement && targets.len() < 2 {
+        bail!("--check-agreement compares targets' answers: give at least two --target");
+    }
     let mut versions = BTreeMap::new();
     let mut model_metadata = BTreeMap::new();
     for t in &targets {
@@ -335,6 +339,7 @@ fn workload(args: &BenchArgs, ws: &Workspace, model: Option<&Model>, params: &Pa
 /// real-time priority.
 struct Measured {
     records: Vec<RequestRecord>,
+    agreement: Vec<serving::Agreement>,
     realtime_pacers: Vec<bool>,
     server_metrics: Vec<serving::ServerSeries>,
 }
@@ -477,7 +482,15 @@ async fn run(plan: &Plan) -> Result<Measured> {
         }
     }
     bar.finish();
-    Ok(Measured { records, realtime_pacers, server_metrics })
+    // Asked of the servers while they still run (the embedded one stops when the run is recorded).
+    let agreement = match params.check_agreement {
+        true => {
+            let spec_of = |name: &str| items.iter().position(|i| i.name == name).map(|n| spec_of(n, 1, 0, 0));
+            client::check_agreement(http, targets, &records, spec_of, timeouts).await
+        }
+        false => Vec::new(),
+    };
+    Ok(Measured { records, agreement, realtime_pacers, server_metrics })
 }
 
 /// Stops the embedded server (keeping what its KV pool did), then writes the artifact: the
@@ -485,7 +498,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
 /// manifest's label for the claims table.
 async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<String>)> {
     let Plan { prepared, targets, versions, model_metadata, workload, sent_headers, .. } = plan;
-    let Measured { records, realtime_pacers, server_metrics } = measured;
+    let Measured { records, agreement, realtime_pacers, server_metrics } = measured;
     let mut embedded_kv = None;
     if let Some(s) = plan.embedded {
         let kv = &s.kv;
@@ -532,6 +545,9 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             if let Some(note) = load::workers_note(load::workers_raised()) {
                 notes.insert("client_workers".into(), note);
             }
+            if records.iter().any(|r| r.text_sha256.is_some()) {
+                notes.insert("output_checks".into(), serving::output_checks_note());
+            }
             notes
         },
         completed_at: common::provenance::now_utc(),
@@ -540,6 +556,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
         claims: Vec::new(),
         embedded_kv,
         server_metrics,
+        agreement,
         provenance,
     };
     artifact.summary = serving::summarize_artifact(&artifact);
@@ -563,6 +580,7 @@ fn print(args: &BenchArgs, ws: &Workspace, path: &Path, label: Option<&str>) -> 
         println!("note: {note}");
     }
     print!("{}", table::comparison(&artifact));
+    print!("{}", table::checks(&artifact));
     if let (false, Some(label)) = (artifact.claims.is_empty(), label) {
         let rows: Vec<_> = artifact.claims.iter().map(|c| (label.to_string(), c)).collect();
         print!("\n{}", claims_table(&rows));

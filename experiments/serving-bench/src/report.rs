@@ -86,7 +86,22 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
     section.image("throughput", "throughput", Chart::Grouped(chart));
     sweep_curves(&groups, &mut section);
     server_view(a, &groups, &mut section);
+    checked_outputs(a, &mut section);
     section
+}
+
+/// The output checks as the run printed them: inconsistent answers, and each pair of targets'
+/// agreement with the probe's verdicts.
+fn checked_outputs(a: &Value, section: &mut Section) {
+    let read = |key: &str| a.get(key).cloned().unwrap_or_default();
+    let summary: Vec<std::collections::BTreeMap<String, Value>> =
+        serde_json::from_value(read("summary")).unwrap_or_default();
+    let agreement: Vec<crate::serving::Agreement> = serde_json::from_value(read("agreement")).unwrap_or_default();
+    let open = a.pointer("/arguments/arrivals").is_some_and(|v| !v.is_null());
+    let text = crate::table::checks_of(&summary, &agreement, open);
+    if !text.is_empty() {
+        let _ = write!(section.markdown, "Checked outputs:\n\n```text\n{text}```\n\n");
+    }
 }
 
 /// Where the targets' `/metrics` were scraped: the server's view of each group beside the

@@ -151,6 +151,54 @@ fn server_view(a: &ServingArtifact) -> String {
 type Row = BTreeMap<String, serde_json::Value>;
 
 /// A summary column's number scaled and printed with `digits` decimals; `-` where the row has none.
+/// The output checks: the groups with inconsistent answers, then each pair of targets' agreement
+/// (the share identical, where the differing answers first part, and each probe's verdict).
+/// Empty when there is nothing to say.
+pub fn checks(a: &ServingArtifact) -> String {
+    checks_of(&a.summary, &a.agreement, a.arguments.arrivals.is_some())
+}
+
+/// [`checks`] from an artifact's summary rows and agreement (the report reads them from JSON).
+pub(crate) fn checks_of(summary: &[Row], agreement: &[serving::Agreement], open: bool) -> String {
+    let mut out = String::new();
+    for row in summary {
+        let n = row.get("inconsistent_outputs").and_then(|v| v.as_u64()).unwrap_or(0);
+        if n > 0 {
+            let (runtime, load) = (row["runtime"].as_str().unwrap_or_default(), load_cell(row, open));
+            let _ = writeln!(
+                out,
+                "inconsistent: {runtime} {load}: {n} answer(s) contradict their request (see requests[].inconsistency)"
+            );
+        }
+    }
+    for pair in agreement {
+        let [x, y] = &pair.targets;
+        let share = pair.share.map_or("-".into(), |s| format!("{:.1}%", 100.0 * s));
+        let mut firsts: Vec<usize> = pair.differences.iter().map(|d| d.first_char).collect();
+        firsts.sort_unstable();
+        let parted = match (firsts.first(), firsts.get(firsts.len() / 2)) {
+            (Some(min), Some(mid)) => format!("; they part at character {min} at the earliest, {mid} at the median"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "agreement: {x} and {y}: {} of {} answers identical ({share}){parted}",
+            pair.identical, pair.compared
+        );
+        for e in &pair.explanations {
+            let margins: Vec<String> = e.margins.iter().map(|m| m.map_or("-".into(), |m| format!("{m:.3}"))).collect();
+            let verdict = match (e.token, e.near_tie) {
+                (Some(t), true) => format!("a near tie at token {t} (margins {} nats)", margins.join(" and ")),
+                (Some(t), false) => format!("NOT a near tie at token {t} (margins {} nats)", margins.join(" and ")),
+                (None, _) => "unexplained".into(),
+            };
+            let note = e.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default();
+            let _ = writeln!(out, "  {}: {verdict}{note}", e.prompt);
+        }
+    }
+    out
+}
+
 fn num(row: &Row, k: &str, scale: f64, digits: usize) -> String {
     row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{:.*}", digits, v * scale))
 }

@@ -1076,7 +1076,15 @@ fn an_existing_out_is_refused_before_any_work() {
 fn bad_command_lines_are_one_line_errors_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("never.json");
-    let cases: [(&[&str], &str); 48] = [
+    let cases: [(&[&str], &str); 50] = [
+        (
+            &["--check-agreement", "--temperature", "0.7"],
+            "--check-agreement: check_agreement: compares greedy answers, which sampling makes differ",
+        ),
+        (
+            &["--target", "openai=embedded", "--check-agreement"],
+            "--check-agreement compares targets' answers: give at least two --target",
+        ),
         (&["--top-p", "0"], "--top-p: sampling.top_p: 0; must be above 0 and at most 1"),
         (&["--top-k", "-2", "--temperature", "1"], "--temperature, --top-k: sampling.top_k: -2"),
         (&["--stop", ""], "sampling.stop: an empty string"),
@@ -1155,4 +1163,61 @@ fn bad_command_lines_are_one_line_errors_and_write_nothing() {
         assert!(err.lines().any(|l| l.starts_with("error:") && l.contains(expected)), "{args:?}: {err}");
         assert!(!out.exists(), "{args:?} wrote an artifact");
     }
+}
+
+/// `--check-agreement`: the embedded server through its two APIs gives the same answers, request
+/// by request; the same model served in bf16 by a second server parts from them on some prompts,
+/// and each is asked again for log-probabilities and judged at the token where they part. The
+/// audit recomputes the texts' digests, the comparison and the verdicts, and catches edits to each.
+#[test]
+fn agreement_is_checked_answer_by_answer_and_every_difference_is_judged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (child, line) = serve(&tmp.path().join("models"), &["--dtype", "bf16"]);
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+    let bf16 = format!("bf16=openai={url}");
+    let args = [
+        "--target",
+        "openai=embedded",
+        "--target",
+        "ollama=embedded",
+        "--target",
+        &bf16,
+        "--rounds",
+        "2",
+        "--concurrency",
+        "1,3",
+        "--max-tokens",
+        "24",
+        "--check-agreement",
+    ];
+    let run = bench_run(tmp.path(), "agreement", &args);
+    interrupt(child);
+    let path = run.unwrap();
+    assert_audits_ok(&path);
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&path).unwrap();
+    assert!(a.requests.iter().all(|r| r.ok() && r.text.is_some() && r.text_sha256.is_some()));
+    assert!(a.summary.iter().all(|row| row["inconsistent_outputs"] == 0), "{:?}", a.summary);
+    assert_eq!(a.agreement.len(), 3, "every pair of three targets");
+    let same = &a.agreement[0];
+    assert_eq!(same.targets, ["embedded-openai".to_string(), "embedded-ollama".to_string()]);
+    assert_eq!((same.compared, same.identical, same.explanations.len()), (8, 8, 0), "{same:?}");
+    let half = &a.agreement[1];
+    assert_eq!(half.compared, 8);
+    assert!(half.identical < 8 && !half.explanations.is_empty(), "bf16 parts from f32 somewhere: {half:?}");
+    for e in &half.explanations {
+        let (t, margins) = (e.token.expect("asked alone, the two still part"), e.margins);
+        assert!(margins.iter().all(Option::is_some), "the other's token is among each one's candidates at {t}: {e:?}");
+    }
+    // Edits the audit recomputes: a kept text, the share, and a verdict.
+    let forged = resealed(&path, |v| v["requests"][0]["text"] = json!("something else"));
+    assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
+    let forged = resealed(&path, |v| v["agreement"][1]["identical"] = json!(8));
+    assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
+    let forged = resealed(&path, |v| {
+        let e = &mut v["agreement"][1]["explanations"][0];
+        e["near_tie"] = json!(!e["near_tie"].as_bool().unwrap());
+    });
+    assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
+    let forged = resealed(&path, |v| v["requests"][1]["inconsistency"] = json!("made up"));
+    assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
 }

@@ -527,3 +527,34 @@ async fn a_scrape_closed_before_any_answer_is_resent_once() {
     assert!(series[0].resent && series[0].error.is_some() && series[0].answer_s.is_none(), "{:?}", series[0]);
     assert!(series[1].error.is_none() && !series[1].resent, "{:?}", series[1]);
 }
+
+/// A scripted server (fault injector: a real server cannot be made to break its own word on
+/// demand) that ends by `length` after 3 tokens of a cap of 8, and one that sends the stop string
+/// it was given: each answer is a success, its text digested, its inconsistency recorded.
+#[tokio::test]
+async fn answers_that_contradict_their_request_are_recorded_as_inconsistent_successes() {
+    let t = timeouts();
+    let http = http_client(&t, Default::default(), false);
+    let short =
+        run_capped(&http, target(Kind::OpenAi, scripted(vec![w(&good_sse())]).await, Default::default()), t, 8).await;
+    assert_eq!(short.error, None, "{:?}", short.error_detail);
+    let why = short.inconsistency.as_deref().unwrap();
+    assert!(why.contains("length after 3 tokens") && why.contains("max_tokens 8"), "{why}");
+    let digest = common::digest::bytes_digest(b"Hello world", common::digest::Algorithm::Sha256);
+    assert_eq!(
+        (short.text_sha256.as_deref(), short.text.as_deref()),
+        (Some(digest.as_str()), None),
+        "no text kept unless asked"
+    );
+    // A stop string sent, and the server sends it anyway (finish_reason stop, 3 of 3 tokens).
+    let sampling = serving_bench::serving::Sampling { stop: vec![" wor".into()], ..Default::default() };
+    let options = RequestOptions { sampling: std::sync::Arc::new(sampling), keep_text: true, ..Default::default() };
+    let past = good_sse().replace("\"length\"", "\"stop\"");
+    let r = run_with(&http, target(Kind::OpenAi, scripted(vec![w(&past)]).await, options), t).await;
+    assert_eq!((r.error, r.text.as_deref()), (None, Some("Hello world")), "{:?}", r.error_detail);
+    let why = r.inconsistency.as_deref().unwrap();
+    assert!(why.contains("stop string \" wor\" at character 5"), "{why}");
+    // The same answer, consistent with its cap of 3: nothing recorded.
+    let fine = run(Kind::OpenAi, scripted(vec![w(&good_sse())]).await, t).await;
+    assert_eq!(fine.inconsistency, None);
+}

@@ -11,15 +11,21 @@
 //! Percentiles interpolate linearly between order statistics.
 //!
 //! One module per job: `record` (what is recorded of a request, a target, a workload), `params`
-//! (the parameters and their checks), `summary` (the arithmetic the audit repeats), `server`
+//! (the parameters and their checks), `agreement` (checked outputs: what an answer says of itself,
+//! and whether targets gave the same ones), `summary` (the arithmetic the audit repeats), `server`
 //! (what the targets' `/metrics` said, and its columns), `artifact` (the file a run writes).
 
+mod agreement;
 mod artifact;
 mod params;
 mod record;
 mod server;
 mod summary;
 
+pub use agreement::{
+    compare, differing_prompts, explain, output_checks_note, output_inconsistency, verdict, Agreement, Candidate,
+    Difference, Explanation, TokenChoice, NEAR_TIE_NATS, PROBE_CANDIDATES,
+};
 pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
 pub use params::{
     Arrivals, Endpoint, Metric, Parameters, Sampling, CLIENT_FIELDS, MAX_COUNT, MAX_RATE, MAX_STOPS, MAX_SWEEP,

@@ -73,6 +73,11 @@ pub struct Parameters {
     /// The sampling every request asks for; none set: greedy (temperature 0), as the seed's runs.
     #[serde(default, skip_serializing_if = "Sampling::is_greedy_default")]
     pub sampling: Sampling,
+    /// Compare the targets' answers request by request (they should serve the same weights,
+    /// greedily), keeping every answer's text, and explain each disagreement from
+    /// log-probabilities.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub check_agreement: bool,
 }
 
 /// The sampling settings sent with every request, by their OpenAI (and vLLM) names; Ollama gets
@@ -247,6 +252,12 @@ impl Parameters {
 
     /// One line per problem, naming the field.
     pub fn validate(&self) -> Result<(), Invalid> {
+        if self.check_agreement && self.sampling.temperature.is_some_and(|t| t > 0.0) {
+            return Err(Invalid::new(
+                "check_agreement",
+                "compares greedy answers, which sampling makes differ by design; drop the temperature (or set it to 0)",
+            ));
+        }
         if self.rounds == 0 {
             return Err(Invalid::new("rounds", "0; must be at least 1"));
         }

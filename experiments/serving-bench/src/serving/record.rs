@@ -108,6 +108,19 @@ pub struct RequestRecord {
     /// and the request was sent again, once (its times run from the first send).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resent: bool,
+    /// SHA-256 of the generated text as the client received it, when any came: two targets gave
+    /// the same answer when their digests are equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_sha256: Option<String>,
+    /// The generated text, kept where the run checks it (`check_agreement`, or stop strings
+    /// sent), so the audit can recompute the digest, the agreement and the inconsistencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Where the answer contradicts its own request ([`super::output_inconsistency`]):
+    /// `finish_reason` `length` with fewer tokens than `max_tokens`, or a stop string in the text.
+    /// Recorded and counted, not a failure: the text and its timing are what the server sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inconsistency: Option<String>,
 }
 
 /// Where a run's prompts came from, and enough about them to tell whether two runs sent the

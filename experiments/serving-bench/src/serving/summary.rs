@@ -92,6 +92,11 @@ pub(crate) fn summarize_group(
     sources.sort();
     sources.dedup();
     row.insert("output_token_sources".into(), serde_json::json!(sources));
+    // Checked outputs, in a run whose answers carry digests (an artifact from before has none).
+    if records.iter().any(|r| r.text_sha256.is_some()) {
+        let inconsistent = ok.iter().filter(|r| r.inconsistency.is_some()).count();
+        row.insert("inconsistent_outputs".into(), serde_json::json!(inconsistent));
+    }
     row
 }
 
@@ -374,11 +379,12 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::serving) mod tests {
     use super::super::record::Arrival;
     use super::*;
 
-    fn rec(round: usize, start: f64, first: f64, end: f64, tokens: u64) -> RequestRecord {
+    /// A successful record of `tokens` tokens, finished by length.
+    pub(in crate::serving) fn rec(round: usize, start: f64, first: f64, end: f64, tokens: u64) -> RequestRecord {
         RequestRecord {
             runtime: "r".into(),
             concurrency: 2,
@@ -408,6 +414,9 @@ mod tests {
             max_tokens: None,
             turn: None,
             resent: false,
+            text_sha256: None,
+            text: None,
+            inconsistency: None,
         }
     }
 
