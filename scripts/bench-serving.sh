@@ -73,8 +73,17 @@ else
 fi
 
 mkdir -p artifacts/bench
-./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \
+# The seed's prompts, every answer compared between the servers (greedy, the same weights), each
+# prompt they part on asked again for log-probabilities (--check-agreement).
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 --check-agreement \
   --out "artifacts/bench/serving-$(date -u +%Y%m%dT%H%M%SZ).json"
+
+# Agreement over 100 synthetic prompts of 128 tokens (the model's tokenizer) as raw text on
+# /v1/completions, so no chat template stands between the servers: 32 tokens each, one at a time and four at once (20 rounds of 5 requests).
+./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --check-agreement \
+  --endpoint completions --input-tokens fixed:128 --synthetic-count 100 --max-tokens 32 \
+  --concurrency 1,4 --rounds 20 \
+  --out "artifacts/bench/serving-agreement-$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # A ~1,000-token system prompt shared by every request, with short questions (one group of
 # 32, counted with the model's tokenizer): what a prefix cache is for.
