@@ -787,7 +787,9 @@ pub async fn check_agreement<'a>(
                 }
             }
             let answer = |name: &String| &asked[&(name.clone(), prompt.clone())];
-            pair.explanations.push(serving::explain(&prompt, answer(&pair.targets[0]), answer(&pair.targets[1])));
+            let loaded = serving::parted(pair, records, &prompt);
+            let e = serving::explain(&prompt, answer(&pair.targets[0]), answer(&pair.targets[1]), loaded);
+            pair.explanations.push(e);
         }
     }
     pairs

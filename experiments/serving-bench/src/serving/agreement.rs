@@ -88,8 +88,12 @@ pub struct Explanation {
     /// Each target's listed candidates there, best first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Vec<Candidate>>,
-    /// How far each target's own choice led the other's, in its own log-probabilities (nats);
-    /// `null` where the other's token is not among its candidates.
+    /// Where the two answered alike asked alone: the token an answer recorded under load took at
+    /// `token` instead (read from its text), which both targets' choices are then measured against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rival: Option<String>,
+    /// How far each target's own choice led the other's (or the `rival`), in its own
+    /// log-probabilities (nats); `null` where that token is not among its candidates.
     pub margins: [Option<f64>; 2],
     /// Both margins known and at most [`NEAR_TIE_NATS`].
     pub near_tie: bool,
@@ -133,7 +137,7 @@ pub fn output_inconsistency(r: &RequestRecord, text: Option<&str>, stops: &[Stri
 /// every artifact whose answers carry digests (an artifact from before them has none).
 pub fn output_checks_note() -> String {
     format!(
-        "Every answer's text is digested (text_sha256); the text itself is kept under check_agreement or stop strings. An answer is inconsistent (inconsistent_outputs) when it finished by length with fewer tokens than its max_tokens as the server counted them, or its text holds a stop string it was sent. check_agreement pairs every two targets' answers to the same request (load, round, index, turn): the share identical, and where each differing pair first parts, in characters. Each prompt that differed is asked again of both, alone, for {PROBE_CANDIDATES} log-probabilities per token; at the first token where those answers part, a near tie is each target's own choice leading the other's by at most {NEAR_TIE_NATS} nats in its own log-probabilities."
+        "Every answer's text is digested (text_sha256); the text itself is kept under check_agreement or stop strings. An answer is inconsistent (inconsistent_outputs) when it finished by length with fewer tokens than its max_tokens as the server counted them, or its text holds a stop string it was sent. check_agreement pairs every two targets' answers to the same request (load, round, index, turn): the share identical, and where each differing pair first parts, in characters. Each prompt that differed is asked again of both, alone, for {PROBE_CANDIDATES} log-probabilities per token; at the first token where those answers part, a near tie is each target's own choice leading the other's by at most {NEAR_TIE_NATS} nats in its own log-probabilities. Where the two answer alike alone, the token is the one of that answer at which an answer recorded under load left it, and each target's choice is measured against the token that answer took there (rival)."
     )
 }
 
@@ -203,18 +207,47 @@ pub fn differing_prompts(pair: &Agreement) -> Vec<String> {
     prompts
 }
 
+/// Two answers to one request as recorded under load, where they differ: whose they are (the
+/// pair's order), their texts, and the first character at which they part.
+#[derive(Debug, Clone, Copy)]
+pub struct Parted<'r> {
+    pub names: [&'r str; 2],
+    pub texts: [&'r str; 2],
+    pub first_char: usize,
+}
+
+/// The first difference a pair recorded for `prompt`, with both answers' texts (`None` where a
+/// text was not kept).
+pub fn parted<'r>(pair: &'r Agreement, records: &'r [RequestRecord], prompt: &str) -> Option<Parted<'r>> {
+    let d = pair.differences.iter().find(|d| d.prompt == prompt && d.turn.unwrap_or(0) == 0)?;
+    let text = |name: &str| {
+        records
+            .iter()
+            .filter(|r| r.runtime == name && r.ok() && r.prompt == d.prompt && r.round == d.round && r.index == d.index)
+            .filter(|r| r.turn == d.turn && super::load_label(r.concurrency, r.arrival.map(|a| a.rate_rps)) == d.load)
+            .find_map(|r| r.text.as_deref())
+    };
+    let [a, b] = &pair.targets;
+    Some(Parted { names: [a, b], texts: [text(a)?, text(b)?], first_char: d.first_char })
+}
+
 /// The probe's two answers to `prompt` judged at the first token where they part; `Err` carries
-/// why a target gave no log-probabilities.
+/// why a target gave no log-probabilities. When the two answer alike asked alone, the answers
+/// recorded under load (`loaded`) parted elsewhere: they are judged at the token of the probe's
+/// answer where one of them left it, against the token that answer took there
+/// ([`Explanation::rival`], read from its text among the probe's candidates).
 pub fn explain(
     prompt: &str,
     a: &Result<Vec<TokenChoice>, String>,
     b: &Result<Vec<TokenChoice>, String>,
+    loaded: Option<Parted<'_>>,
 ) -> Explanation {
     let mut e = Explanation {
         prompt: prompt.to_string(),
         token: None,
         chosen: Vec::new(),
         candidates: Vec::new(),
+        rival: None,
         margins: [None, None],
         near_tie: false,
         note: None,
@@ -228,10 +261,12 @@ pub fn explain(
     };
     let at = a.iter().zip(b).take_while(|(x, y)| x.chosen.token == y.chosen.token).count();
     if at == a.len() && at == b.len() {
-        e.note = Some(
-            "asked again alone, both gave the same answer: the difference came with the load (arithmetic that depends on the batch)"
-                .into(),
-        );
+        let alike = "asked again alone, both gave the same answer: the difference came with the load (arithmetic that depends on the batch)";
+        e.note = Some(match loaded.and_then(|l| left_under_load(&mut e, a, b, l)) {
+            Some(how) => format!("{alike}; {how}"),
+            None => alike.to_string(),
+        });
+        (e.margins, e.near_tie) = verdict(&e);
         return e;
     }
     e.token = Some(at);
@@ -247,18 +282,59 @@ pub fn explain(
     e
 }
 
-/// The margins and the near-tie verdict of an explanation, from its chosen tokens and candidates
-/// alone (the audit repeats it).
-pub fn verdict(e: &Explanation) -> ([Option<f64>; 2], bool) {
-    let lead = |own: Option<&Option<Candidate>>, other: Option<&Option<Candidate>>, listed: Option<&Vec<Candidate>>| {
-        let (own, other) = (own?.as_ref()?, other?.as_ref()?);
-        let rival = listed?.iter().find(|c| c.token == other.token)?;
-        Some(own.logprob - rival.logprob)
+/// For answers that agree asked alone (`a`, `b`, the same tokens): the token of theirs at which
+/// one answer recorded under load left them, its candidates from both targets, and the token that
+/// answer took there; says how, or `None` when neither recorded answer follows the probe's or the
+/// token taken is not among the candidates.
+fn left_under_load(e: &mut Explanation, a: &[TokenChoice], b: &[TokenChoice], loaded: Parted<'_>) -> Option<String> {
+    let alone: String = a.iter().map(|t| t.chosen.token.as_str()).collect();
+    let after = |text: &str| text.chars().skip(loaded.first_char).collect::<String>();
+    let rest = after(&alone);
+    // The answer that went on as the probe's did kept to it; the other left it.
+    let left = match loaded.texts.map(|t| rest.starts_with(&after(t)) || after(t).starts_with(&rest)) {
+        [true, false] => 1,
+        [false, true] => 0,
+        _ => return None,
     };
-    let margins = [
-        lead(e.chosen.first(), e.chosen.get(1), e.candidates.first()),
-        lead(e.chosen.get(1), e.chosen.first(), e.candidates.get(1)),
-    ];
+    let mut start = 0;
+    let t = a.iter().position(|t| {
+        let end = start + t.chosen.token.chars().count();
+        let here = loaded.first_char < end;
+        if !here {
+            start = end;
+        }
+        here
+    })?;
+    let taken: String = loaded.texts[left].chars().skip(start).collect();
+    let chosen = &a[t].chosen.token;
+    let rival = a[t]
+        .top
+        .iter()
+        .chain(&b[t].top)
+        .find(|c| &c.token != chosen && !c.token.is_empty() && taken.starts_with(&c.token))?
+        .token
+        .clone();
+    e.token = Some(t);
+    e.chosen = vec![Some(a[t].chosen.clone()), Some(b[t].chosen.clone())];
+    e.candidates = vec![a[t].top.clone(), b[t].top.clone()];
+    e.rival = Some(rival.clone());
+    Some(format!("under load {} took {rival:?} at token {t} instead", loaded.names[left]))
+}
+
+/// The margins and the near-tie verdict of an explanation, from its chosen tokens and candidates
+/// alone (the audit repeats it): each target's own choice against the other's, or against the
+/// `rival` an answer under load took.
+pub fn verdict(e: &Explanation) -> ([Option<f64>; 2], bool) {
+    let lead = |own: usize| {
+        let mine = e.chosen.get(own)?.as_ref()?;
+        let other = match &e.rival {
+            Some(rival) => rival,
+            None => &e.chosen.get(1 - own)?.as_ref()?.token,
+        };
+        let rival = e.candidates.get(own)?.iter().find(|c| &c.token == other)?;
+        Some(mine.logprob - rival.logprob)
+    };
+    let margins = [lead(0), lead(1)];
     let near_tie = margins.iter().all(|m| m.is_some_and(|m| m.is_finite() && m <= NEAR_TIE_NATS));
     (margins, near_tie)
 }
@@ -277,33 +353,59 @@ mod tests {
     fn a_swapped_near_tie_is_judged_by_each_sides_own_margin() {
         let a = Ok(vec![choice("x", &[("x", -0.1)]), choice("p", &[("p", -0.6), ("q", -0.8), ("r", -3.0)])]);
         let b = Ok(vec![choice("x", &[("x", -0.1)]), choice("q", &[("q", -0.65), ("p", -0.75)])]);
-        let e = explain("short", &a, &b);
+        let e = explain("short", &a, &b, None);
         assert_eq!(e.token, Some(1));
         let [ma, mb] = e.margins;
         assert!((ma.unwrap() - 0.2).abs() < 1e-12 && (mb.unwrap() - 0.1).abs() < 1e-12, "{:?}", e.margins);
         assert!(e.near_tie);
         // The other's token not among a side's candidates: no margin, no near tie.
         let far = Ok(vec![choice("x", &[("x", -0.1)]), choice("s", &[("s", -0.01), ("t", -5.0)])]);
-        let e = explain("short", &a, &far);
+        let e = explain("short", &a, &far, None);
         assert_eq!(e.margins[1], None);
         assert!(!e.near_tie);
         // A wide lead is no near tie.
         let wide = Ok(vec![choice("x", &[("x", -0.1)]), choice("q", &[("q", -0.1), ("p", -2.0)])]);
-        assert!(!explain("short", &a, &wide).near_tie);
+        assert!(!explain("short", &a, &wide, None).near_tie);
     }
 
     #[test]
     fn answers_that_agree_when_asked_alone_or_end_sooner_say_so() {
         let a = Ok(vec![choice("x", &[("x", -0.1)])]);
-        let e = explain("p", &a, &a.clone());
+        let e = explain("p", &a, &a.clone(), None);
         assert_eq!((e.token, e.near_tie), (None, false));
         assert!(e.note.unwrap().contains("same answer"));
         let longer = Ok(vec![choice("x", &[("x", -0.1)]), choice("y", &[("y", -0.2)])]);
-        let e = explain("p", &a, &longer);
+        let e = explain("p", &a, &longer, None);
         assert_eq!((e.token, e.margins, e.near_tie), (Some(1), [None, None], false));
         assert!(e.note.unwrap().contains("ended after 1"));
-        let e = explain("p", &Err("HTTP 400".into()), &a);
+        let e = explain("p", &Err("HTTP 400".into()), &a, None);
         assert!(e.note.unwrap().contains("HTTP 400"));
+    }
+
+    #[test]
+    fn answers_alike_alone_are_judged_where_one_under_load_left_them() {
+        let alone = |second: f64| {
+            Ok(vec![
+                choice("ab", &[("ab", -0.1)]),
+                choice("cd", &[("cd", -0.5), ("cx", second), ("z", -4.0)]),
+                choice("e", &[("e", -0.2)]),
+            ])
+        };
+        let (a, b) = (alone(-0.7), alone(-0.8));
+        // Under load the second target wrote "abcxq": it left at character 3, in token 1.
+        let loaded = Parted { names: ["one", "two"], texts: ["abcde", "abcxq"], first_char: 3 };
+        let e = explain("p", &a, &b, Some(loaded));
+        assert_eq!((e.token, e.rival.as_deref()), (Some(1), Some("cx")));
+        let [ma, mb] = e.margins;
+        assert!((ma.unwrap() - 0.2).abs() < 1e-12 && (mb.unwrap() - 0.3).abs() < 1e-12, "{:?}", e.margins);
+        assert!(e.near_tie && e.note.as_deref().unwrap().contains("under load two took \"cx\" at token 1"), "{e:?}");
+        // A token taken that neither target lists: said, and no verdict.
+        let far = Parted { texts: ["abcde", "abcyq"], ..loaded };
+        let e = explain("p", &a, &b, Some(far));
+        assert_eq!((e.token, e.near_tie), (None, false));
+        // Neither recorded answer is the probe's: nothing to judge.
+        let neither = Parted { texts: ["abcxq", "abcyq"], ..loaded };
+        assert_eq!(explain("p", &a, &b, Some(neither)).token, None);
     }
 
     #[test]
