@@ -130,7 +130,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].arrival.admitted_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
-    ("server_metrics[].scrapes[].answer_s", &["nudge"], "measured"),
+    ("server_metrics[].scrapes[].answer_s", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].end_ms", &["nudge"], "measured"),
     ("runs[].scheduler_overhead_ms", &[], "measured"),
@@ -162,6 +162,16 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("server_metrics[].scrapes[].values.*", &[], "server"),
     ("server_metrics[].scrapes[].error", &["text"], "server"),
     ("requests[].resent", &["flip"], "server"),
+    // The log-probabilities a server gave when a prompt was asked again, beyond the two tokens a
+    // verdict reads (its margins and verdict are recomputed from those), and where and how the
+    // probe's answers parted.
+    ("agreement[].explanations[].candidates*", &[], "server"),
+    ("agreement[].explanations[].chosen", &["repeat"], "server"),
+    ("agreement[].explanations[].token", &[], "server"),
+    ("agreement[].explanations[].note", &["text"], "server"),
+    // An answer's digest where its text is not kept (under check_agreement or stop strings it is,
+    // and the digest is checked against it).
+    ("requests[].text_sha256", &["text"], "server"),
     ("server_metrics[].scrapes[].resent", &["flip"], "server"),
     // A KV pool's high-water mark, kept as blocks were taken: a whole number of blocks within the
     // pool and at least the largest request's, which is all the timeline fixes.
