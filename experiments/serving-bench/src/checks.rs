@@ -193,7 +193,7 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
 /// the records and the probe's log-probabilities give.
 fn checked_outputs(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     let stops = &a.arguments.sampling.stop;
-    let keeps = a.arguments.check_agreement || !stops.is_empty();
+    let keeps = a.arguments.keeps_text();
     for (i, r) in a.requests.iter().enumerate() {
         let at = |k: &str| format!("requests[{i}].{k}");
         let Some(digest) = &r.text_sha256 else {
@@ -292,15 +292,16 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     if a.run_id != p.run_id || a.created_at != p.started_at {
         f.wrong("invariants", "run_id", "run_id and created_at are provenance's run_id and started_at");
     }
-    let mut notes = crate::serving::measurement_notes();
-    // Answers with digests come with the definition of their checks (older ones have neither).
-    if a.requests.iter().any(|r| r.text_sha256.is_some()) {
-        notes.insert("output_checks".into(), crate::serving::output_checks_note());
-    }
+    let notes = crate::serving::measurement_notes(&a.requests);
     let (pacer, workers) = (crate::load::pacer_notes(), crate::load::workers_notes());
+    // The pacer's note tells of the workers' priority too: what `client_workers` tells, where
+    // the run has that note (those made before it was added have the pacer's alone).
+    let client_workers = a.measurement_notes.get("client_workers");
+    let agrees =
+        |raised: Option<bool>| client_workers.is_none_or(|w| crate::load::workers_note(raised).as_ref() == Some(w));
     let known = |(k, v): (&String, &String)| {
         notes.get(k) == Some(v)
-            || (k == "send_pacer" && pacer.contains(v))
+            || (k == "send_pacer" && pacer.iter().any(|(note, raised)| note == v && agrees(*raised)))
             || (k == "client_workers" && workers.contains(v))
     };
     if a.measurement_notes.iter().any(|kv| !known(kv)) || notes.keys().any(|k| !a.measurement_notes.contains_key(k)) {

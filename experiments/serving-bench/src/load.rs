@@ -251,8 +251,10 @@ impl Drop for Slot {
     }
 }
 
-/// How long before its time an open-loop request's task starts.
-const LEAD: Duration = Duration::from_millis(5);
+/// How long before its time an open-loop request's task starts: long enough that the thread
+/// spawning it, which a server busy on every core can keep off the CPU for a scheduler slice or
+/// more, still spawns it ahead of its time.
+const LEAD: Duration = Duration::from_millis(20);
 
 /// Wakes tasks at their instants from a thread of its own, which sleeps with the operating
 /// system's fine timer and spins the last stretch: the runtime's timer ticks in milliseconds,
@@ -322,8 +324,8 @@ static WORKER_REFUSED: AtomicBool = AtomicBool::new(false);
 /// `CAP_SYS_NICE`): the client's workers, which send what the pacer wakes and read the streams,
 /// then run ahead of a server busy on the same cores, so a send waits for no scheduler slice
 /// (the client needs little CPU; a server's compute threads spinning on every core would
-/// otherwise delay it by milliseconds). The bench's runtime calls it on each worker; the
-/// embedded server's never does.
+/// otherwise delay it by milliseconds). The bench calls it on each worker and on the thread
+/// that runs the groups; the embedded server's runtime never does.
 pub fn raise_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: plain system calls on the calling thread (`who` 0 is the caller's own thread).
@@ -361,11 +363,12 @@ pub fn pacer_note(realtime: bool, workers_raised: Option<bool>) -> String {
     format!("{pacer}, {workers}{tail}.")
 }
 
-/// Every note [`pacer_note`] can write.
-pub fn pacer_notes() -> Vec<String> {
+/// Every note [`pacer_note`] can write, each with the workers' priority it tells of (so that
+/// the audit can hold it to the `client_workers` note of the same run).
+pub fn pacer_notes() -> Vec<(String, Option<bool>)> {
     [true, false]
         .into_iter()
-        .flat_map(|realtime| [Some(true), Some(false), None].map(|workers| pacer_note(realtime, workers)))
+        .flat_map(|realtime| [Some(true), Some(false), None].map(|workers| (pacer_note(realtime, workers), workers)))
         .collect()
 }
 
@@ -414,7 +417,7 @@ mod tests {
         assert_eq!(workers_notes().len(), 2);
         assert_ne!(workers_notes()[0], workers_notes()[1]);
         // Each note says something the others do not.
-        let notes = pacer_notes();
+        let notes: Vec<String> = pacer_notes().into_iter().map(|(note, _)| note).collect();
         for (i, a) in notes.iter().enumerate() {
             assert!(notes[i + 1..].iter().all(|b| a != b), "{a}");
         }

@@ -22,8 +22,10 @@ fn main() {
     common::experiment::main(|cli: Cli| {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         // The client's workers go ahead of the servers it measures, unless an embedded server
-        // in this process would share them (and the engine threads they start).
+        // in this process would share them (and the engine threads they start); so does this
+        // thread, which runs the groups and spawns each open-loop request ahead of its time.
         if cli.command.is_none() && cli.bench.targets().is_ok_and(|t| t.iter().all(|s| s.url.is_some())) {
+            load::raise_priority();
             builder.on_thread_start(load::raise_priority);
         }
         let runtime = builder.enable_all().build().context("a tokio runtime")?;
@@ -161,7 +163,7 @@ async fn plan(cli: &Cli) -> Result<Plan> {
         ignore_eos: params.ignore_eos,
         continuous_usage: params.continuous_usage,
         sampling: std::sync::Arc::new(params.sampling.clone()),
-        keep_text: params.check_agreement || !params.sampling.stop.is_empty(),
+        keep_text: params.keeps_text(),
     };
 
     let embedded = match (embedded, &prepared.model) {
@@ -535,7 +537,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             .collect(),
         workload: Some(workload.record.clone()),
         measurement_notes: {
-            let mut notes = serving::measurement_notes();
+            let mut notes = serving::measurement_notes(&records);
             if !realtime_pacers.is_empty() {
                 notes.insert(
                     "send_pacer".into(),
@@ -544,9 +546,6 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             }
             if let Some(note) = load::workers_note(load::workers_raised()) {
                 notes.insert("client_workers".into(), note);
-            }
-            if records.iter().any(|r| r.text_sha256.is_some()) {
-                notes.insert("output_checks".into(), serving::output_checks_note());
             }
             notes
         },

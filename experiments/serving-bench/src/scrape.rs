@@ -103,9 +103,17 @@ impl Poller {
                 // The server closed the kept-alive connection as the GET went out (as requests
                 // race llama-server's HTTP library): asked again once, on a new connection.
                 Err(Failure::Closed(_)) if !scrape.resent => scrape.resent = true,
-                outcome => break outcome.map(|values| (values, sent.elapsed().as_secs_f64())),
+                // Timed to the exposition's last byte: parsing it is the client's work.
+                outcome => break outcome.map(|body| (body, sent.elapsed().as_secs_f64())),
             }
         };
+        let outcome = outcome.and_then(|(body, answer_s)| {
+            let text = String::from_utf8_lossy(&body);
+            let values = kept_series(&text).map_err(|e| {
+                Failure::Other(format!("GET {}: not a Prometheus exposition: {e}", crate::client::redacted(url)))
+            })?;
+            Ok((values, answer_s))
+        });
         let absent = matches!(outcome, Err(Failure::Absent(_)));
         match outcome {
             Ok((values, answer_s)) => (scrape.values, scrape.answer_s) = (values, Some(answer_s)),
@@ -114,7 +122,8 @@ impl Poller {
         (scrape, absent)
     }
 
-    async fn get(&self, url: &str, again: bool) -> Result<BTreeMap<String, f64>, Failure> {
+    /// The exposition's bytes.
+    async fn get(&self, url: &str, again: bool) -> Result<Vec<u8>, Failure> {
         let shown = crate::client::redacted(url);
         let failed = |e: &reqwest::Error| match crate::client::closed_before_an_answer(e) {
             true => Failure::Closed(format!("GET {shown}: {}", crate::client::describe(e))),
@@ -138,8 +147,7 @@ impl Poller {
             }
             body.extend_from_slice(&chunk);
         }
-        let text = String::from_utf8_lossy(&body);
-        kept_series(&text).map_err(|e| Failure::Other(format!("GET {shown}: not a Prometheus exposition: {e}")))
+        Ok(body)
     }
 }
 

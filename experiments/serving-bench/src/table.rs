@@ -150,7 +150,6 @@ fn server_view(a: &ServingArtifact) -> String {
 
 type Row = BTreeMap<String, serde_json::Value>;
 
-/// A summary column's number scaled and printed with `digits` decimals; `-` where the row has none.
 /// The output checks: the groups with inconsistent answers, then each pair of targets' agreement
 /// (the share identical, where the differing answers first part, and each probe's verdict).
 /// Empty when there is nothing to say.
@@ -174,9 +173,9 @@ pub(crate) fn checks_of(summary: &[Row], agreement: &[serving::Agreement], open:
     for pair in agreement {
         let [x, y] = &pair.targets;
         let share = pair.share.map_or("-".into(), |s| format!("{:.1}%", 100.0 * s));
-        let mut firsts: Vec<usize> = pair.differences.iter().map(|d| d.first_char).collect();
-        firsts.sort_unstable();
-        let parted = match (firsts.first(), firsts.get(firsts.len() / 2)) {
+        let firsts: Vec<f64> = pair.differences.iter().map(|d| d.first_char as f64).collect();
+        let firsts = common::stats::summarize(&firsts);
+        let parted = match (firsts.min, firsts.p50) {
             (Some(min), Some(mid)) => format!("; they part at character {min} at the earliest, {mid} at the median"),
             _ => String::new(),
         };
@@ -199,6 +198,7 @@ pub(crate) fn checks_of(summary: &[Row], agreement: &[serving::Agreement], open:
     out
 }
 
+/// A summary column's number scaled and printed with `digits` decimals; `-` where the row has none.
 fn num(row: &Row, k: &str, scale: f64, digits: usize) -> String {
     row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{:.*}", digits, v * scale))
 }

@@ -149,21 +149,9 @@ fn first_difference(a: &str, b: &str) -> usize {
 /// Every pair of targets compared request by request: a request's answers pair when both
 /// succeeded and carry a digest, at the same load, round, index, turn and prompt.
 pub fn compare(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<Agreement> {
-    type Key = (String, usize, usize, Option<usize>, String);
-    let key = |r: &RequestRecord| -> Key {
-        let load = super::load_label(r.concurrency, r.arrival.map(|a| a.rate_rps));
-        (load, r.round, r.index, r.turn, r.prompt.clone())
-    };
-    let answers: Vec<BTreeMap<Key, &RequestRecord>> = runtimes
+    let answers: Vec<BTreeMap<Place, &RequestRecord>> = runtimes
         .iter()
-        .map(|t| {
-            records
-                .iter()
-                .filter(|r| r.runtime == t.name && r.ok() && r.text_sha256.is_some())
-                .filter(|r| !r.arrival.is_some_and(|a| a.warmup))
-                .map(|r| (key(r), r))
-                .collect()
-        })
+        .map(|t| records.iter().filter(|r| r.runtime == t.name && compared(r)).map(|r| (place(r), r)).collect())
         .collect();
     let mut out = Vec::new();
     for i in 0..runtimes.len() {
@@ -194,6 +182,20 @@ pub fn compare(runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<Agreement
     out
 }
 
+/// Where an answer stands in a run: its load, round, index, turn and prompt. Two targets'
+/// answers at one place are the same request's.
+type Place = (String, usize, usize, Option<usize>, String);
+
+fn place(r: &RequestRecord) -> Place {
+    let load = super::load_label(r.concurrency, r.arrival.map(|a| a.rate_rps));
+    (load, r.round, r.index, r.turn, r.prompt.clone())
+}
+
+/// Whether an answer is compared: a measured success whose text has a digest.
+fn compared(r: &RequestRecord) -> bool {
+    r.ok() && r.text_sha256.is_some() && !r.arrival.is_some_and(|a| a.warmup)
+}
+
 /// The prompts a pair's differences name, each once, in their order: those the probe asks again.
 /// A later turn of a conversation is left out: its history holds each server's own replies, so
 /// no single request repeats it.
@@ -220,12 +222,9 @@ pub struct Parted<'r> {
 /// text was not kept).
 pub fn parted<'r>(pair: &'r Agreement, records: &'r [RequestRecord], prompt: &str) -> Option<Parted<'r>> {
     let d = pair.differences.iter().find(|d| d.prompt == prompt && d.turn.unwrap_or(0) == 0)?;
+    let at: Place = (d.load.clone(), d.round, d.index, d.turn, d.prompt.clone());
     let text = |name: &str| {
-        records
-            .iter()
-            .filter(|r| r.runtime == name && r.ok() && r.prompt == d.prompt && r.round == d.round && r.index == d.index)
-            .filter(|r| r.turn == d.turn && super::load_label(r.concurrency, r.arrival.map(|a| a.rate_rps)) == d.load)
-            .find_map(|r| r.text.as_deref())
+        records.iter().filter(|r| r.runtime == name && compared(r) && place(r) == at).find_map(|r| r.text.as_deref())
     };
     let [a, b] = &pair.targets;
     Some(Parted { names: [a, b], texts: [text(a)?, text(b)?], first_char: d.first_char })

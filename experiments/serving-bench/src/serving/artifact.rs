@@ -82,9 +82,10 @@ pub fn default_prompts() -> BTreeMap<String, String> {
     .collect()
 }
 
-/// The definitions, as recorded in every artifact.
-pub fn measurement_notes() -> BTreeMap<String, String> {
-    [
+/// The definitions a run of `requests` records: every artifact's, and the output checks' where
+/// its answers carry digests (older runs' have neither).
+pub fn measurement_notes(requests: &[RequestRecord]) -> BTreeMap<String, String> {
+    let mut notes: BTreeMap<String, String> = [
         ("ttft", "Client wall time from request start until the first chunk with non-empty generated text (role-only and usage-only chunks do not count)."),
         ("total", "Client wall time from request start until the end of the stream."),
         ("decode_tps", "Ollama's eval_count / eval_duration when the server gives them; otherwise output tokens / (total - ttft)."),
@@ -98,5 +99,9 @@ pub fn measurement_notes() -> BTreeMap<String, String> {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    .collect();
+    if requests.iter().any(|r| r.text_sha256.is_some()) {
+        notes.insert("output_checks".into(), super::output_checks_note());
+    }
+    notes
 }

@@ -250,6 +250,12 @@ impl Parameters {
         self.warmups.saturating_add(round.saturating_mul(per_round)).saturating_add(before).saturating_add(index)
     }
 
+    /// Whether every answer's text is kept beside its digest: for comparing answers between
+    /// targets, or where stop strings were sent (so that the audit can find one in a text).
+    pub fn keeps_text(&self) -> bool {
+        self.check_agreement || !self.sampling.stop.is_empty()
+    }
+
     /// One line per problem, naming the field.
     pub fn validate(&self) -> Result<(), Invalid> {
         if self.check_agreement && self.sampling.temperature.is_some_and(|t| t > 0.0) {
