@@ -297,8 +297,9 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     // The pacer's note tells of the workers' priority too: what `client_workers` tells, where
     // the run has that note (those made before it was added have the pacer's alone).
     let client_workers = a.measurement_notes.get("client_workers");
-    let agrees =
-        |raised: Option<bool>| client_workers.is_none_or(|w| crate::load::workers_note(raised).as_ref() == Some(w));
+    let agrees = |raised: Option<crate::load::Workers>| {
+        client_workers.is_none_or(|w| crate::load::workers_note(raised).as_ref() == Some(w))
+    };
     let known = |(k, v): (&String, &String)| {
         notes.get(k) == Some(v)
             || (k == "send_pacer" && pacer.iter().any(|(note, raised)| note == v && agrees(*raised)))

@@ -302,92 +302,122 @@ impl Pacer {
 /// `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` above 0): such a thread is woken at once, ahead of every
 /// normal one, where a normal thread waits up to a scheduler slice while the server keeps the
 /// cores busy. The pacer sleeps between wake-ups and spins only the last stretch, so the server
-/// loses next to nothing. Returns whether it took.
+/// loses next to nothing. A thread or process it starts is normal again (reset on fork).
+/// Returns whether it took.
 fn realtime_priority() -> bool {
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 1 };
         // SAFETY: a plain system call on the calling thread (pid 0) with a valid parameter.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     false
 }
 
-/// The nice value the client's workers ask for.
-const WORKER_NICE: i32 = -10;
-/// Whether a worker raised its priority, and whether one was refused.
-static WORKERS_RAISED: AtomicBool = AtomicBool::new(false);
-static WORKER_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// Raises the calling thread's priority (nice -10) when the process may (root or
-/// `CAP_SYS_NICE`): the client's workers, which send what the pacer wakes and read the streams,
-/// then run ahead of a server busy on the same cores, so a send waits for no scheduler slice
-/// (the client needs little CPU; a server's compute threads spinning on every core would
-/// otherwise delay it by milliseconds). The bench calls it on each worker and on the thread
-/// that runs the groups; the embedded server's runtime never does.
-pub fn raise_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: plain system calls on the calling thread (`who` 0 is the caller's own thread).
-    let raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, WORKER_NICE) == 0 };
-    #[cfg(not(target_os = "linux"))]
-    let raised = false;
-    let flag = if raised { &WORKERS_RAISED } else { &WORKER_REFUSED };
-    flag.store(true, Ordering::Relaxed);
+/// The priority the client's workers ran at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Real-time (SCHED_FIFO 1), as the pacer.
+    Realtime,
+    /// Nice -10: real-time was refused.
+    Nice,
+    /// Normal: both were refused.
+    Normal,
 }
 
-/// Whether every worker that started runs at the raised priority; `None` when none asked (an
-/// embedded server in the client's process shares its workers: none is raised above it).
-pub fn workers_raised() -> Option<bool> {
-    let (raised, refused) = (WORKERS_RAISED.load(Ordering::Relaxed), WORKER_REFUSED.load(Ordering::Relaxed));
-    (raised || refused).then_some(!refused)
+/// The nice value a thread asks for when real-time is refused.
+const RAISED_NICE: i32 = -10;
+/// Whether some worker ran at each priority.
+static WORKERS_AT: [AtomicBool; 3] = [AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false)];
+
+/// Nice -10 for the calling thread, when the process may (root or `CAP_SYS_NICE`). Returns
+/// whether it took.
+fn raised_nice() -> bool {
+    #[cfg(target_os = "linux")]
+    // SAFETY: a plain system call on the calling thread (`who` 0 is the caller's own thread).
+    return unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RAISED_NICE) == 0 };
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// Puts a worker of the client's runtime, which sends what the pacer wakes and reads the
+/// streams, at real-time priority as the pacer, or else at nice -10, when the process may: it
+/// then runs the moment it is woken, ahead of a server whose threads keep every core busy. At
+/// nice -10 a send still waited up to tens of milliseconds behind such a server; the client
+/// needs little CPU, so the server loses next to nothing. The embedded server's runtime never
+/// calls it.
+pub fn raise_worker() {
+    let took = if realtime_priority() {
+        Workers::Realtime
+    } else if raised_nice() {
+        Workers::Nice
+    } else {
+        Workers::Normal
+    };
+    WORKERS_AT[took as usize].store(true, Ordering::Relaxed);
+}
+
+/// Nice -10 for the thread that runs the groups and spawns each open-loop request ahead of its
+/// time (not real-time: it also does the run's own computing, which must not hold a core from
+/// the servers). Its lead covers the rest.
+pub fn raise_spawner() {
+    let _ = raised_nice();
+}
+
+/// The priority every worker that started ran at (the lowest any took); `None` when none
+/// asked (an embedded server in the client's process shares its workers: none is raised above
+/// it).
+pub fn workers_raised() -> Option<Workers> {
+    [Workers::Normal, Workers::Nice, Workers::Realtime]
+        .into_iter()
+        .find(|&w| WORKERS_AT[w as usize].load(Ordering::Relaxed))
 }
 
 /// What the artifact says of the pacer: whether it ran at real-time priority, and if not, how
 /// to let it.
-pub fn pacer_note(realtime: bool, workers_raised: Option<bool>) -> String {
+pub fn pacer_note(realtime: bool, workers: Option<Workers>) -> String {
     let pacer = if realtime {
         "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1)"
     } else {
         "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it)"
     };
-    let workers = match workers_raised {
-        Some(true) => "and sent by workers at nice -10",
-        Some(false) => "and sent by workers at normal priority (nice -10 was refused; CAP_SYS_NICE allows it)",
+    let sent = match workers {
+        Some(Workers::Realtime) => "and sent by workers at real-time priority too",
+        Some(Workers::Nice) => "and sent by workers at nice -10",
+        Some(Workers::Normal) => {
+            "and sent by workers at normal priority (nice -10 was refused; CAP_SYS_NICE allows it)"
+        }
         None => "and sent by workers at normal priority (the embedded server in the client's process shares them)",
     };
-    let tail = match (realtime, workers_raised) {
-        (true, Some(true)) => "",
+    let tail = match (realtime, workers) {
+        (true, Some(Workers::Realtime | Workers::Nice)) => "",
         _ => ": with the server on the same cores, expect more send lateness",
     };
-    format!("{pacer}, {workers}{tail}.")
+    format!("{pacer}, {sent}{tail}.")
 }
 
 /// Every note [`pacer_note`] can write, each with the workers' priority it tells of (so that
 /// the audit can hold it to the `client_workers` note of the same run).
-pub fn pacer_notes() -> Vec<(String, Option<bool>)> {
-    [true, false]
-        .into_iter()
-        .flat_map(|realtime| [Some(true), Some(false), None].map(|workers| (pacer_note(realtime, workers), workers)))
-        .collect()
+pub fn pacer_notes() -> Vec<(String, Option<Workers>)> {
+    let workers = [Some(Workers::Realtime), Some(Workers::Nice), Some(Workers::Normal), None];
+    [true, false].into_iter().flat_map(|realtime| workers.map(|w| (pacer_note(realtime, w), w))).collect()
 }
 
 /// What the artifact says of the client's workers when they asked for a raised priority (every
 /// target a server of its own), in closed rounds as in open loops; `None` when none asked, as
 /// with an embedded target: they then ran at normal priority, the default nothing needs to say.
-pub fn workers_note(workers_raised: Option<bool>) -> Option<String> {
-    workers_raised.map(|raised| {
-        if raised {
-            "The client's workers ran at nice -10 (every target a server of its own), ahead of the servers' threads on the same cores.".to_owned()
-        } else {
-            "The client's workers asked for nice -10 (every target a server of its own) and were refused (CAP_SYS_NICE allows it): they ran at normal priority.".to_owned()
-        }
+pub fn workers_note(workers: Option<Workers>) -> Option<String> {
+    workers.map(|w| match w {
+        Workers::Realtime => "The client's workers ran at real-time priority (SCHED_FIFO 1; every target a server of its own), ahead of the servers' threads on the same cores.".to_owned(),
+        Workers::Nice => "The client's workers ran at nice -10 (every target a server of its own), ahead of the servers' threads on the same cores.".to_owned(),
+        Workers::Normal => "The client's workers asked for nice -10 (every target a server of its own) and were refused (CAP_SYS_NICE allows it): they ran at normal priority.".to_owned(),
     })
 }
 
 /// Every note [`workers_note`] can write.
 pub fn workers_notes() -> Vec<String> {
-    [Some(true), Some(false)].into_iter().filter_map(workers_note).collect()
+    [Workers::Realtime, Workers::Nice, Workers::Normal].into_iter().filter_map(|w| workers_note(Some(w))).collect()
 }
 
 #[cfg(test)]
@@ -397,30 +427,37 @@ mod tests {
     #[test]
     fn a_worker_runs_at_the_priority_the_note_says() {
         // No other test raises a thread; this one raises only the thread it starts.
-        let nice = std::thread::spawn(|| {
-            raise_priority();
-            // SAFETY: a plain system call on the calling thread.
+        let (fifo, nice) = std::thread::spawn(|| {
+            raise_worker();
+            // SAFETY: plain system calls on the calling thread.
             #[cfg(target_os = "linux")]
-            return unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+            return unsafe {
+                let policy = libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK;
+                (policy == libc::SCHED_FIFO, libc::getpriority(libc::PRIO_PROCESS, 0))
+            };
             #[cfg(not(target_os = "linux"))]
-            0
+            (false, 0)
         })
         .join()
         .unwrap();
-        let raised = workers_raised();
-        assert_eq!(nice == WORKER_NICE, raised == Some(true), "nice {nice}, raised {raised:?}");
-        let note = pacer_note(true, raised);
-        assert_eq!(note.contains("workers at nice -10"), raised == Some(true), "{note}");
-        let workers = workers_note(raised).expect("a worker asked");
-        assert_eq!(workers.contains("ran at nice -10"), raised == Some(true), "{workers}");
-        assert_eq!(workers_note(None), None, "no worker asked: nothing to say");
-        assert_eq!(workers_notes().len(), 2);
-        assert_ne!(workers_notes()[0], workers_notes()[1]);
-        // Each note says something the others do not.
-        let notes: Vec<String> = pacer_notes().into_iter().map(|(note, _)| note).collect();
-        for (i, a) in notes.iter().enumerate() {
-            assert!(notes[i + 1..].iter().all(|b| a != b), "{a}");
+        let raised = workers_raised().expect("a worker asked");
+        match raised {
+            Workers::Realtime => assert!(fifo),
+            Workers::Nice => assert!(!fifo && nice == RAISED_NICE),
+            Workers::Normal => assert!(!fifo && nice != RAISED_NICE),
         }
+        let note = pacer_note(true, Some(raised));
+        assert_eq!(note.contains("workers at real-time"), fifo, "{note}");
+        let workers = workers_note(Some(raised)).unwrap();
+        assert_eq!(workers.contains("ran at real-time"), fifo, "{workers}");
+        assert_eq!(workers_note(None), None, "no worker asked: nothing to say");
+        // Each note says something the others do not.
+        for notes in [pacer_notes().into_iter().map(|(note, _)| note).collect(), workers_notes()] {
+            for (i, a) in notes.iter().enumerate() {
+                assert!(notes[i + 1..].iter().all(|b| a != b), "{a}");
+            }
+        }
+        assert_eq!(workers_notes().len(), 3);
     }
 
     #[test]

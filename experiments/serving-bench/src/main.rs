@@ -25,8 +25,8 @@ fn main() {
         // in this process would share them (and the engine threads they start); so does this
         // thread, which runs the groups and spawns each open-loop request ahead of its time.
         if cli.command.is_none() && cli.bench.targets().is_ok_and(|t| t.iter().all(|s| s.url.is_some())) {
-            load::raise_priority();
-            builder.on_thread_start(load::raise_priority);
+            load::raise_spawner();
+            builder.on_thread_start(load::raise_worker);
         }
         let runtime = builder.enable_all().build().context("a tokio runtime")?;
         match cli.command {

@@ -256,10 +256,10 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         report.first_reason()
     );
     // The pacer's note says the embedded server shared the client's workers; a note that they
-    // ran at nice -10 contradicts it, though each alone is a note the code writes.
+    // ran at real-time priority contradicts it, though each alone is a note the code writes.
     let pacer = a.measurement_notes["send_pacer"].clone();
     assert!(pacer.contains("shares them"), "{pacer}");
-    let raised = serving_bench::load::workers_note(Some(true)).unwrap();
+    let raised = serving_bench::load::workers_note(Some(serving_bench::load::Workers::Realtime)).unwrap();
     let edited = resealed(&out, |v| v["measurement_notes"]["client_workers"] = json!(raised));
     let report = audit_of(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
