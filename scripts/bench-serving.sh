@@ -110,8 +110,11 @@ mkdir -p artifacts/bench
 # scraped every half second; then the same run unscraped, so the two artifacts side by side say
 # whether scraping moves the pacer. A request gets 60 s rather than the default 600 s: llama-server
 # at its defaults once left one request of such a burst unanswered, and the run then waited.
-# The artifact's send_lateness_s_p99 is the client's lateness at that rate, and its
-# server_scrape_ms_p99 how fast each /metrics answered while serving. The prompts are vLLM's
+# The artifact's send_lateness_s_p99 is the client's lateness at that rate, client_lateness_s
+# its own part, which splits into the pacer woken late (pacer_lateness_s: the pacer runs above
+# everything else of the client's, so that is the machine holding it) and sending once awake
+# (send_delay_s, the client's alone), and server_scrape_ms_p99 how fast each /metrics answered
+# while serving. The prompts are vLLM's
 # random kind: 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The
 # seed's prompts through the chat template are about 89 tokens each, over 40,000 prefill tokens
 # a second at this rate, more than the server sustains on the two cores it shares with the

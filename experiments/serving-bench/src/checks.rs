@@ -38,6 +38,16 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
         if let Some(w) = present.windows(2).find(|w| w[0].1 > w[1].1) {
             f.wrong("invariants", at(w[1].0), format!("{} is before {} {}", w[1].1, w[0].0, w[0].1));
         }
+        // The pacer wakes a request at its time or later, and the client sends it after.
+        if let Some(woken) = r.arrival.and_then(|a| a.woken_s) {
+            if !(r.scheduled_s <= woken && r.sent_s.is_some_and(|sent| woken <= sent)) {
+                f.wrong(
+                    "invariants",
+                    at("arrival.woken_s"),
+                    format!("{woken} is not between scheduled_s {} and sent_s {:?}", r.scheduled_s, r.sent_s),
+                );
+            }
+        }
         if r.ok() && (r.first_token_s.is_none() || r.status.is_none()) {
             f.wrong("invariants", at("first_token_s"), "a successful request must have a status and a first token");
         }
@@ -689,6 +699,12 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
                     at(*i, "arrival.admitted_s"),
                     format!("later than its scheduled {} s, with no cap on a schedule to wait for", r.scheduled_s),
                 );
+            }
+        }
+        // Only a schedule has a pacer to wake its requests.
+        if rate.is_none() {
+            if let Some((i, _)) = group.iter().find(|(_, r)| r.arrival.is_some_and(|a| a.woken_s.is_some())) {
+                f.wrong("invariants", at(*i, "arrival.woken_s"), "a pacer's wake-up in a group without a schedule");
             }
         }
         if let Some(rate) = rate {

@@ -175,10 +175,11 @@ pub async fn run_group(
         tasks.spawn(async move {
             // With a cap and a finite rate, a request whose time came while every slot was busy
             // waits here, and the wait shows as lateness: the schedule is the users', not ours.
-            if let Some(go) = go {
-                // The pacer only ends after every wake-up it was given.
-                let _ = go.await;
-            }
+            // The pacer only ends after every wake-up it was given.
+            let woken = match go {
+                Some(go) => go.await.ok(),
+                None => None,
+            };
             let slot = match (slot, slots) {
                 (Some(slot), _) => Some(slot),
                 (None, Some(slots)) => Some(slots.take().await),
@@ -188,8 +189,9 @@ pub async fn run_group(
             let spec = Spec { prompt_name: &item.name, prompt: &item.prompt, messages: item.messages.as_ref(), ..spec };
             let mut record = measure(&http, &target, &spec, &timeouts, t0, Some(scheduled)).await;
             drop(slot);
-            let admitted_s = Some(admitted.duration_since(t0).as_secs_f64());
-            record.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s });
+            let secs = |at: Instant| at.duration_since(t0).as_secs_f64();
+            let (admitted_s, woken_s) = (Some(secs(admitted)), woken.map(secs));
+            record.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s, woken_s });
             record
         });
         index += 1;
@@ -260,18 +262,23 @@ const LEAD: Duration = Duration::from_millis(20);
 /// system's fine timer and spins the last stretch: the runtime's timer ticks in milliseconds,
 /// and tasks spinning on the runtime's workers would take the CPU from the streams they share it
 /// with.
+///
+/// Each wake-up carries the instant the pacer woke the request. The pacer runs above the client's
+/// workers, so nothing of the client's delays it: a wake later than its instant tells that the
+/// machine held the client (the host pausing the VM stops every thread at once), apart from what
+/// the client then took to send.
 struct Pacer {
-    queue: std::sync::mpsc::Sender<(Instant, tokio::sync::oneshot::Sender<()>)>,
+    queue: std::sync::mpsc::Sender<(Instant, tokio::sync::oneshot::Sender<Instant>)>,
     /// Whether its thread runs at real-time priority.
     realtime: bool,
 }
 
 impl Pacer {
     fn start() -> Self {
-        let (queue, wake_ups) = std::sync::mpsc::channel::<(Instant, tokio::sync::oneshot::Sender<()>)>();
+        let (queue, wake_ups) = std::sync::mpsc::channel::<(Instant, tokio::sync::oneshot::Sender<Instant>)>();
         let (told, priority) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let realtime = realtime_priority();
+            let realtime = realtime_priority(PACER_PRIORITY);
             let _ = told.send(realtime);
             // A thread at normal priority may be woken late while the server keeps the cores
             // busy, so it wakes earlier and spins longer.
@@ -281,44 +288,56 @@ impl Pacer {
                 if let Some(rest) = at.checked_duration_since(Instant::now()).and_then(|d| d.checked_sub(spin)) {
                     std::thread::sleep(rest);
                 }
-                while Instant::now() < at {
+                let mut now = Instant::now();
+                while now < at {
                     std::hint::spin_loop();
+                    now = Instant::now();
                 }
-                let _ = wake.send(());
+                let _ = wake.send(now);
             }
         });
         Pacer { queue, realtime: priority.recv().unwrap_or(false) }
     }
 
-    /// A future that completes at `at` (at once if the pacer is gone).
-    fn wake_at(&self, at: Instant) -> tokio::sync::oneshot::Receiver<()> {
+    /// A future that completes at `at` with the instant the pacer woke it (at once, with an
+    /// error, if the pacer is gone).
+    fn wake_at(&self, at: Instant) -> tokio::sync::oneshot::Receiver<Instant> {
         let (wake, woken) = tokio::sync::oneshot::channel();
         let _ = self.queue.send((at, wake));
         woken
     }
 }
 
-/// Puts the calling thread at the lowest real-time priority, when the process may (root,
-/// `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` above 0): such a thread is woken at once, ahead of every
-/// normal one, where a normal thread waits up to a scheduler slice while the server keeps the
-/// cores busy. The pacer sleeps between wake-ups and spins only the last stretch, so the server
-/// loses next to nothing. A thread or process it starts is normal again (reset on fork).
-/// Returns whether it took.
-fn realtime_priority() -> bool {
+/// Puts the calling thread at real-time priority `level` (SCHED_FIFO), when the process may
+/// (root, `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of `level` or more): such a thread is woken at
+/// once, ahead of every normal one, where a normal thread waits up to a scheduler slice while
+/// the server keeps the cores busy. The pacer sleeps between wake-ups and spins only the last
+/// stretch, so the server loses next to nothing. A thread or process it starts is normal again
+/// (reset on fork). Returns whether it took.
+fn realtime_priority(level: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
-        let param = libc::sched_param { sched_priority: 1 };
+        let param = libc::sched_param { sched_priority: level };
         // SAFETY: a plain system call on the calling thread (pid 0) with a valid parameter.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
-    false
+    {
+        let _ = level;
+        false
+    }
 }
+
+/// The pacer's real-time priority, above the workers' ([`WORKER_PRIORITY`]): a worker busy on
+/// every core cannot then hold a wake-up back, and a late wake is the machine's alone.
+const PACER_PRIORITY: i32 = 2;
+/// The workers' real-time priority.
+const WORKER_PRIORITY: i32 = 1;
 
 /// The priority the client's workers ran at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workers {
-    /// Real-time (SCHED_FIFO 1), as the pacer.
+    /// Real-time (SCHED_FIFO 1, below the pacer).
     Realtime,
     /// Nice -10: real-time was refused.
     Nice,
@@ -348,7 +367,7 @@ fn raised_nice() -> bool {
 /// needs little CPU, so the server loses next to nothing. The embedded server's runtime never
 /// calls it.
 pub fn raise_worker() {
-    let took = if realtime_priority() {
+    let took = if realtime_priority(WORKER_PRIORITY) {
         Workers::Realtime
     } else if raised_nice() {
         Workers::Nice
@@ -378,10 +397,21 @@ pub fn workers_raised() -> Option<Workers> {
 /// to let it.
 pub fn pacer_note(realtime: bool, workers: Option<Workers>) -> String {
     let pacer = if realtime {
-        "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1)"
+        "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 2, above the client's workers, so a late wake is the machine's: arrival.woken_s)"
     } else {
-        "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it)"
+        "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO of 2 or more allows it)"
     };
+    compose_pacer_note(pacer, realtime, workers)
+}
+
+/// The pacer's part of [`pacer_note`] in runs before it ran above the workers (real-time, then
+/// refused), whose notes still audit as made.
+const EARLIER_PACER: [&str; 2] = [
+    "Open-loop sends were woken by a thread at real-time priority (SCHED_FIFO 1)",
+    "Open-loop sends were woken by a thread at normal priority (real-time was refused; CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 allows it)",
+];
+
+fn compose_pacer_note(pacer: &str, realtime: bool, workers: Option<Workers>) -> String {
     let sent = match workers {
         Some(Workers::Realtime) => "and sent by workers at real-time priority too",
         Some(Workers::Nice) => "and sent by workers at nice -10",
@@ -397,11 +427,20 @@ pub fn pacer_note(realtime: bool, workers: Option<Workers>) -> String {
     format!("{pacer}, {sent}{tail}.")
 }
 
-/// Every note [`pacer_note`] can write, each with the workers' priority it tells of (so that
-/// the audit can hold it to the `client_workers` note of the same run).
+/// Every note [`pacer_note`] can write, and those of earlier runs, each with the workers'
+/// priority it tells of (so that the audit can hold it to the `client_workers` note of the same
+/// run).
 pub fn pacer_notes() -> Vec<(String, Option<Workers>)> {
     let workers = [Some(Workers::Realtime), Some(Workers::Nice), Some(Workers::Normal), None];
-    [true, false].into_iter().flat_map(|realtime| workers.map(|w| (pacer_note(realtime, w), w))).collect()
+    let earlier = [true, false]
+        .into_iter()
+        .zip(EARLIER_PACER)
+        .flat_map(|(realtime, pacer)| workers.map(|w| (compose_pacer_note(pacer, realtime, w), w)));
+    [true, false]
+        .into_iter()
+        .flat_map(|realtime| workers.map(|w| (pacer_note(realtime, w), w)))
+        .chain(earlier)
+        .collect()
 }
 
 /// What the artifact says of the client's workers when they asked for a raised priority (every
@@ -425,8 +464,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_pacer_wakes_a_request_no_earlier_than_its_time_and_says_when() {
+        let pacer = Pacer::start();
+        let at = Instant::now() + Duration::from_millis(5);
+        let woken = pacer.wake_at(at).blocking_recv().expect("the pacer is running");
+        assert!(woken >= at, "woken {:?} before its time", at - woken);
+        // An instant already past wakes at once.
+        let past = Instant::now();
+        assert!(pacer.wake_at(past).blocking_recv().is_ok_and(|w| w >= past));
+    }
+
+    #[test]
     fn a_worker_runs_at_the_priority_the_note_says() {
-        // No other test raises a thread; this one raises only the thread it starts.
+        // No other test raises a worker; this one raises only the thread it starts.
         let (fifo, nice) = std::thread::spawn(|| {
             raise_worker();
             // SAFETY: plain system calls on the calling thread.

@@ -76,6 +76,21 @@ pub fn summary(a: &ServingArtifact) -> String {
             f(row, "ttft_s_later_turns_p50", 1000.0),
         );
     }
+    // Open loops whose pacer's wakes were recorded: the client's own lateness in its two parts.
+    for row in a.summary.iter().filter(|r| r.contains_key("send_delay_s_p99")) {
+        let _ = writeln!(
+            out,
+            "{:<w$} {:>8} own lateness p99 {}ms (max {}ms), in two parts: the pacer woken late, the machine's, p99 {}ms (max {}ms); sending once awake, the client's, p99 {}ms (max {}ms)",
+            row["runtime"].as_str().unwrap_or_default(),
+            load_cell(row, open),
+            num(row, "client_lateness_s_p99", 1000.0, 2),
+            num(row, "client_lateness_s_max", 1000.0, 2),
+            num(row, "pacer_lateness_s_p99", 1000.0, 2),
+            num(row, "pacer_lateness_s_max", 1000.0, 2),
+            num(row, "send_delay_s_p99", 1000.0, 2),
+            num(row, "send_delay_s_max", 1000.0, 2),
+        );
+    }
     out.push_str(&server_view(a));
     out
 }

@@ -187,7 +187,14 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         let admitted = r.arrival.unwrap().admitted_s.unwrap();
         assert!(r.scheduled_s <= admitted && admitted <= r.sent_s.unwrap(), "{r:?}");
     }
+    // On a schedule the pacer woke each at its time or later (the machine's share of its
+    // lateness); a closed pool has no pacer.
+    for r in &a.requests[..12] {
+        let woken = r.arrival.unwrap().woken_s.expect("a scheduled request's wake-up");
+        assert!(r.scheduled_s <= woken && woken <= r.sent_s.unwrap(), "{r:?}");
+    }
     let pool = &a.requests[12..];
+    assert!(pool.iter().all(|r| r.arrival.unwrap().woken_s.is_none()));
     assert!(pool.iter().all(|r| r.arrival.unwrap().admitted_s == Some(r.scheduled_s)));
     let mut due: Vec<f64> = pool[3..].iter().map(|r| r.scheduled_s).collect();
     let mut ends: Vec<f64> = pool.iter().map(|r| r.end_s).collect();
@@ -205,6 +212,11 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         assert_eq!((row["request_rate"].clone(), row["requests"].as_u64()), (rate, Some(10)), "{row:?}");
         assert!(row["send_lateness_s_p99"].as_f64().is_some_and(|l| l >= 0.0), "{row:?}");
         assert!(row["client_lateness_s_max"].as_f64() <= row["send_lateness_s_max"].as_f64(), "{row:?}");
+        let delay = row.get("send_delay_s_max").and_then(Value::as_f64);
+        match row["request_rate"].is_number() {
+            true => assert!(delay.is_some_and(|d| Some(d) <= row["client_lateness_s_max"].as_f64()), "{row:?}"),
+            false => assert_eq!(delay, None, "{row:?}"),
+        }
         // Generous SLOs: every request meets them; goodput is then every request per second.
         assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(10), Some(1.0)), "{row:?}");
         assert!(row["goodput_rps"].as_f64().is_some_and(|g| g > 0.0) && row["ttft_s_p90"].is_number(), "{row:?}");
@@ -255,6 +267,16 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
         "{}",
         report.first_reason()
     );
+    // A wake-up after the request was sent is named; so is one in the closed pool.
+    let edited = resealed(&out, |v| {
+        let late = v["requests"][4]["sent_s"].as_f64().unwrap() + 0.001;
+        v["requests"][4]["arrival"]["woken_s"] = json!(late);
+    });
+    let report = audit_of(&edited);
+    assert!(report.first_reason().starts_with("requests[4].arrival.woken_s"), "{}", report.first_reason());
+    let edited = resealed(&out, |v| v["requests"][13]["arrival"]["woken_s"] = v["requests"][13]["scheduled_s"].clone());
+    let report = audit_of(&edited);
+    assert!(report.first_reason().starts_with("requests[13].arrival.woken_s"), "{}", report.first_reason());
     // The pacer's note says the embedded server shared the client's workers; a note that they
     // ran at real-time priority contradicts it, though each alone is a note the code writes.
     let pacer = a.measurement_notes["send_pacer"].clone();

@@ -135,7 +135,7 @@ pub fn output_inconsistency(r: &RequestRecord, text: Option<&str>, stops: &[Stri
 
 /// The definition of the output checks, recorded as the measurement note `output_checks` in
 /// every artifact whose answers carry digests (an artifact from before them has none).
-pub fn output_checks_note() -> String {
+pub(super) fn output_checks_note() -> String {
     format!(
         "Every answer's text is digested (text_sha256); the text itself is kept under check_agreement or stop strings. An answer is inconsistent (inconsistent_outputs) when it finished by length with fewer tokens than its max_tokens as the server counted them, or its text holds a stop string it was sent. check_agreement pairs every two targets' answers to the same request (load, round, index, turn): the share identical, and where each differing pair first parts, in characters. Each prompt that differed is asked again of both, alone, for {PROBE_CANDIDATES} log-probabilities per token; at the first token where those answers part, a near tie is each target's own choice leading the other's by at most {NEAR_TIE_NATS} nats in its own log-probabilities. Where the two answer alike alone, the token is the one of that answer at which an answer recorded under load left it, and each target's choice is measured against the token that answer took there (rival)."
     )

@@ -100,8 +100,11 @@ pub fn measurement_notes(requests: &[RequestRecord]) -> BTreeMap<String, String>
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
+    if requests.iter().any(|r| r.arrival.is_some_and(|a| a.woken_s.is_some())) {
+        notes.insert("pacer_lateness".into(), "Open loops at a finite rate: the part of client_lateness that the client's pacer waking a request late made (arrival.woken_s - arrival.admitted_s where positive, else 0); the pacer runs above everything else of the client's, so this part is the machine's (the kernel, or the host pausing the VM). send_delay is the rest: sent_s less the later of arrival.admitted_s and arrival.woken_s, what the client took to send a request once it could.".into());
+    }
     if requests.iter().any(|r| r.text_sha256.is_some()) {
-        notes.insert("output_checks".into(), super::output_checks_note());
+        notes.insert("output_checks".into(), super::agreement::output_checks_note());
     }
     notes
 }

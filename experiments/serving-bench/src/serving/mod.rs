@@ -23,8 +23,8 @@ mod server;
 mod summary;
 
 pub use agreement::{
-    compare, differing_prompts, explain, output_checks_note, output_inconsistency, parted, verdict, Agreement,
-    Candidate, Difference, Explanation, Parted, TokenChoice, NEAR_TIE_NATS, PROBE_CANDIDATES,
+    compare, differing_prompts, explain, output_inconsistency, parted, verdict, Agreement, Candidate, Difference,
+    Explanation, Parted, TokenChoice, NEAR_TIE_NATS, PROBE_CANDIDATES,
 };
 pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
 pub use params::{

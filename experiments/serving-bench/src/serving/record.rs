@@ -177,6 +177,11 @@ pub struct Arrival {
     /// that instant). From here to `sent_s` is the client's own lateness; before it, the cap's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_s: Option<f64>,
+    /// At a finite rate, when the client's pacer woke it: the pacer thread runs above everything
+    /// else of the client's, so a wake later than `scheduled_s` is the machine's (the kernel, or
+    /// the host pausing the VM), not the client's. (Runs before it was recorded have none.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woken_s: Option<f64>,
 }
 
 impl RequestRecord {
@@ -218,6 +223,23 @@ impl RequestRecord {
     /// slot free, its time come) to when it was.
     pub fn client_lateness(&self) -> Option<f64> {
         Some(self.sent_s? - self.arrival?.admitted_s?)
+    }
+
+    /// The part of its [`client_lateness`](Self::client_lateness) that the pacer's late wake made,
+    /// which the machine held the client for: from when it could first be sent to when the pacer
+    /// woke it, if that was later (where the pacer's wake was recorded). With
+    /// [`send_delay`](Self::send_delay) it makes the client's lateness whole.
+    pub fn pacer_lateness(&self) -> Option<f64> {
+        let arrival = self.arrival?;
+        let admitted = arrival.admitted_s?;
+        Some(arrival.woken_s?.max(admitted) - admitted)
+    }
+
+    /// How long the client took to send it once it could: from the later of its admission and
+    /// its pacer's wake-up to when it was sent (where the pacer's wake was recorded).
+    pub fn send_delay(&self) -> Option<f64> {
+        let arrival = self.arrival?;
+        Some(self.sent_s? - arrival.admitted_s?.max(arrival.woken_s?))
     }
 
     /// Whether it could not be sent at its time because every slot under `max_concurrency` was

@@ -360,8 +360,8 @@ fn slo_columns(
 }
 
 /// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
-/// time from the first scheduled to the last sent), and the send lateness: all of it, and the
-/// client's own part (without waits for a slot under the cap).
+/// time from the first scheduled to the last sent), and the send lateness: all of it, the
+/// client's own part (without waits for a slot under the cap), and that part's two pieces.
 fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option<f64>, group: &[&RequestRecord]) {
     row.insert("request_rate".into(), rate.map_or(serde_json::json!("inf"), |r| serde_json::json!(r)));
     let first = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
@@ -375,6 +375,17 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
     if !own.is_empty() {
         put(row, "client_lateness_s", &own);
         row.insert("client_lateness_s_max".into(), serde_json::json!(own.iter().copied().reduce(f64::max)));
+    }
+    // Where the pacer's wakes were recorded, the client's own lateness splits in two: the
+    // machine's hold on the pacer, and the client's delay once it was awake.
+    for (key, values) in [
+        ("pacer_lateness_s", group.iter().filter_map(|r| r.pacer_lateness()).collect::<Vec<f64>>()),
+        ("send_delay_s", group.iter().filter_map(|r| r.send_delay()).collect()),
+    ] {
+        if !values.is_empty() {
+            put(row, key, &values);
+            row.insert(format!("{key}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
+        }
     }
 }
 
@@ -425,7 +436,7 @@ pub(in crate::serving) mod tests {
         let open = |index: usize, scheduled: f64, admitted: f64, rate: Option<f64>, warmup: bool| {
             let mut r = rec(0, scheduled, scheduled + 0.5, scheduled + 1.0, 4);
             r.index = index;
-            r.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s: Some(admitted) });
+            r.arrival = Some(Arrival { rate_rps: rate, warmup, admitted_s: Some(admitted), woken_s: None });
             r
         };
         // On time, and admitted when its time came: no note.
@@ -442,6 +453,42 @@ pub(in crate::serving) mod tests {
         );
         // A closed pool's requests are due when their slot is freed: never a backlog.
         assert!(backlog_notes(&[open(0, 0.0, 0.0, None, false), open(1, 0.4, 0.4, None, false)]).is_empty());
+    }
+
+    #[test]
+    fn the_clients_own_lateness_splits_into_the_pacers_wake_and_the_send_after_it() {
+        let open = |scheduled: f64, admitted: f64, woken: Option<f64>, sent: f64| {
+            let mut r = rec(0, scheduled, sent + 0.5, sent + 1.0, 4);
+            r.sent_s = Some(sent);
+            r.arrival =
+                Some(Arrival { rate_rps: Some(8.0), warmup: false, admitted_s: Some(admitted), woken_s: woken });
+            r
+        };
+        // Woken 10 ms late, sent 0.25 ms later; woken on time, then 0.5 s waiting for a slot.
+        let (a, b) = (open(1.0, 1.0, Some(1.01), 1.01025), open(2.0, 2.5, Some(2.0), 2.5005));
+        let mut row = BTreeMap::new();
+        open_loop_columns(&mut row, Some(8.0), &[&a, &b]);
+        let close = |key: &str, want: f64| {
+            assert!(row[key].as_f64().is_some_and(|v| (v - want).abs() < 1e-9), "{key}: {row:?}")
+        };
+        close("client_lateness_s_max", 0.01025);
+        close("pacer_lateness_s_max", 0.01);
+        close("send_delay_s_max", 0.0005);
+        // The two parts make each request's own lateness whole; a wake before the slot was free
+        // made none of it.
+        for r in [&a, &b] {
+            let whole = r.pacer_lateness().unwrap() + r.send_delay().unwrap();
+            assert!((whole - r.client_lateness().unwrap()).abs() < 1e-12, "{r:?}");
+        }
+        assert_eq!(b.pacer_lateness(), Some(0.0));
+        assert_eq!(row["send_delay_s_n"].as_u64(), Some(2));
+        // A run that did not record its pacer's wakes has neither part.
+        let mut row = BTreeMap::new();
+        open_loop_columns(&mut row, Some(8.0), &[&open(1.0, 1.0, None, 1.001)]);
+        assert!(
+            row.contains_key("client_lateness_s_p99") && !row.keys().any(|k| k.starts_with("send_delay")),
+            "{row:?}"
+        );
     }
 
     #[test]
