@@ -128,6 +128,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].first_token_s", &["nudge"], "measured"),
     ("requests[].end_s", &["nudge", "jump"], "measured"),
     ("requests[].arrival.admitted_s", &["nudge"], "measured"),
+    ("requests[].arrival.woken_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].answer_s", &["nudge", "jump"], "measured"),

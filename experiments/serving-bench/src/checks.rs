@@ -425,8 +425,10 @@ fn sequential(a: &crate::serving::ServingArtifact, f: &mut Findings) {
 /// The series scraped from the targets' `/metrics`: each sound ([`crate::serving::series_problem`]),
 /// one per target per group window (a closed round, or an open loop's group) exactly when the run
 /// asked for them, and spanning its window: the first scrape sent before the window's first
-/// request was scheduled, the last after its last one ended. (A series whose one scrape failed,
-/// a target without `/metrics`, spans nothing.)
+/// request was scheduled, the last after its last one ended, soon enough after it
+/// ([`crate::scrape::last_scrape_within_s`]) and answered before the next window's first request
+/// (groups run one after another). (A series whose one scrape failed, a target without
+/// `/metrics`, spans nothing.)
 fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     let open = a.arguments.arrivals.is_some();
     let mut windows: BTreeMap<(&str, String, usize), (f64, f64)> = BTreeMap::new();
@@ -468,6 +470,26 @@ fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
                 "invariants",
                 &at,
                 format!("its scrapes ({shown}) do not span its requests' window ({first} to {last})"),
+            );
+        }
+        // Every scrape done before the next window began, and the last soon after its own ended
+        // (a microsecond allowed for the seconds' rounding).
+        let next = windows.values().map(|w| w.0).filter(|&start| start > last).reduce(f64::min);
+        let within = a.arguments.scrape_metrics_s.map(|i| last + crate::scrape::last_scrape_within_s(i));
+        let done = |s: &crate::serving::Scrape| s.t_s + s.answer_s.unwrap_or(0.0);
+        if let Some(s) = s
+            .scrapes
+            .iter()
+            .find(|s| next.is_some_and(|n| !(done(s) <= n + 1e-6)) || within.is_some_and(|w| !(s.t_s <= w)))
+        {
+            f.wrong(
+                "invariants",
+                &at,
+                format!(
+                    "a scrape at {} s lies outside its window: after the next window began ({next:?}) or more than {:?} s after its last request ended ({last})",
+                    s.t_s,
+                    a.arguments.scrape_metrics_s.map(crate::scrape::last_scrape_within_s)
+                ),
             );
         }
     }

@@ -21,6 +21,14 @@ fn deadline(interval: Duration) -> Duration {
     interval.clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
+/// The latest a group's last scrape can be sent after its last request ended, in seconds, at
+/// `interval_s`: a scrape under way then runs first (a GET and its one resend, each within
+/// [`deadline`]), and a second is allowed for the client's own scheduling. The audit holds the
+/// scrapes to it.
+pub(crate) fn last_scrape_within_s(interval_s: f64) -> f64 {
+    2.0 * interval_s.clamp(1.0, 10.0) + 1.0
+}
+
 /// A running scraper of one target.
 pub struct Scraper {
     stop: oneshot::Sender<()>,

@@ -862,10 +862,31 @@ fn the_servers_metrics_are_scraped_through_every_group_and_agree_with_the_client
     }
 
     // Forgeries, each with its summary recomputed: a counter that falls, a window left without
-    // its series, a series that starts after its window did.
+    // its series, a series that starts after its window did, a scrape moved into the next
+    // window, and the run's last scrape moved long after its last request.
     let out = tmp.path().join("closed.json");
     type Forgery = Box<dyn FnOnce(&mut Value)>;
-    let cases: [(&str, Forgery); 3] = [
+    let last_scrape = |v: &mut Value, series: usize, to: f64| {
+        let scrapes = v["server_metrics"][series]["scrapes"].as_array_mut().unwrap();
+        let last = scrapes.len() - 1;
+        scrapes[last]["t_s"] = json!(to);
+    };
+    let cases: [(&str, Forgery); 5] = [
+        (
+            "outside its window",
+            Box::new(move |v| {
+                let later = v["server_metrics"][1]["scrapes"][1]["t_s"].as_f64().unwrap();
+                last_scrape(v, 0, later);
+            }),
+        ),
+        (
+            "outside its window",
+            Box::new(move |v| {
+                let end = v["requests"].as_array().unwrap().iter().map(|r| r["end_s"].as_f64().unwrap());
+                let end = end.fold(0.0, f64::max);
+                last_scrape(v, 3, end + 4.0);
+            }),
+        ),
         (
             "fell",
             Box::new(|v| {
