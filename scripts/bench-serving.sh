@@ -113,8 +113,10 @@ mkdir -p artifacts/bench
 # The artifact's send_lateness_s_p99 is the client's lateness at that rate, client_lateness_s
 # its own part, which splits into the pacer woken late (pacer_lateness_s: the pacer runs above
 # everything else of the client's, so that is the machine holding it) and sending once awake
-# (send_delay_s, the client's alone), and server_scrape_ms_p99 how fast each /metrics answered
-# while serving. The prompts are vLLM's
+# (send_delay_s). A stall probe on every CPU (--stall-probe) records each span the machine
+# held one from the client, and send_delay_s splits again into the part a stall of the sending
+# CPU held (send_held_s) and the client's own (send_own_s); server_scrape_ms_p99 is how fast
+# each /metrics answered while serving. The prompts are vLLM's
 # random kind: 16 tokens of text each on /v1/completions, counted with tiny's tokenizer. The
 # seed's prompts through the chat template are about 89 tokens each, over 40,000 prefill tokens
 # a second at this rate, more than the server sustains on the two cores it shares with the
@@ -141,7 +143,7 @@ if [ -n "${gguf:-}" ]; then
 fi
 for scrape in "--scrape-metrics 0.5" ""; do
   # shellcheck disable=SC2086 # the flag and its value, or nothing
-  ./target/release/serving-bench "${schedule_targets[@]}" $scrape --request-rate 500 --max-concurrency 256 \
+  ./target/release/serving-bench "${schedule_targets[@]}" $scrape --stall-probe --request-rate 500 --max-concurrency 256 \
     --num-requests 3000 --warmup-requests 100 --max-tokens 8 --timeout 60 \
     --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
     --out "artifacts/bench/client-schedule${scrape:+-scraped}-$(date -u +%Y%m%dT%H%M%SZ).json"

@@ -174,6 +174,7 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
         f.note("invariants", "requests", format!("every request failed in {line}"));
     }
     server_series(artifact, f);
+    machine_stalls(artifact, f);
     let fresh = crate::serving::summarize_artifact(artifact);
     for i in 0..fresh.len().max(artifact.summary.len()) {
         match (fresh.get(i), artifact.summary.get(i)) {
@@ -314,8 +315,13 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         notes.get(k) == Some(v)
             || (k == "send_pacer" && pacer.iter().any(|(note, raised)| note == v && agrees(*raised)))
             || (k == "client_workers" && workers.contains(v))
+            || (k == "machine_stalls" && v == crate::serving::STALL_NOTE && !a.machine_stalls.is_empty())
     };
-    if a.measurement_notes.iter().any(|kv| !known(kv)) || notes.keys().any(|k| !a.measurement_notes.contains_key(k)) {
+    let probed = !a.machine_stalls.is_empty();
+    if a.measurement_notes.iter().any(|kv| !known(kv))
+        || notes.keys().any(|k| !a.measurement_notes.contains_key(k))
+        || probed != a.measurement_notes.contains_key("machine_stalls")
+    {
         f.wrong("invariants", "measurement_notes", "are not the definitions the code records");
     }
     // The artifact is completed just after provenance is collected, at the run's end.
@@ -482,13 +488,14 @@ fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
             .iter()
             .find(|s| next.is_some_and(|n| !(done(s) <= n + 1e-6)) || within.is_some_and(|w| !(s.t_s <= w)))
         {
+            let next = next.map_or("none".to_string(), |n| format!("{n} s"));
+            let within = a.arguments.scrape_metrics_s.map_or(0.0, crate::scrape::last_scrape_within_s);
             f.wrong(
                 "invariants",
                 &at,
                 format!(
-                    "a scrape at {} s lies outside its window: after the next window began ({next:?}) or more than {:?} s after its last request ended ({last})",
-                    s.t_s,
-                    a.arguments.scrape_metrics_s.map(crate::scrape::last_scrape_within_s)
+                    "a scrape at {} s lies outside its window: answered after the next window began ({next}) or sent more than {within} s after its last request ended ({last} s)",
+                    s.t_s
                 ),
             );
         }
@@ -496,6 +503,87 @@ fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     if a.arguments.scrape_metrics_s.is_some() {
         for (runtime, load, round) in windows.keys().filter(|k| !seen.contains(*k)) {
             f.wrong("invariants", "server_metrics", format!("{runtime} {load} round {round} was not scraped"));
+        }
+    }
+}
+
+/// What the stall probe saw (`stall_probe`): one record per open-loop group at a finite rate
+/// exactly when the run asked for it, each spanning its group (watched from before its first
+/// request was scheduled to after its last ended), every stall of a watched CPU within that
+/// span, at least as long as the probe's threshold, and each CPU's stalls in order without
+/// overlapping; a request of a probed group sent from a CPU it watched.
+fn machine_stalls(a: &crate::serving::ServingArtifact, f: &mut Findings) {
+    let probe = a.arguments.stall_probe;
+    if !probe && !a.machine_stalls.is_empty() {
+        f.wrong("invariants", "machine_stalls", "recorded, but the run asked for no stall probe (stall_probe)");
+    }
+    let groups = crate::serving::groups(&a.requests);
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, m) in a.machine_stalls.iter().enumerate() {
+        let at = format!("machine_stalls[{i}]");
+        let Some(g) =
+            groups.iter().find(|g| g.runtime == m.runtime && g.load == m.load && matches!(g.rate, Some(Some(_))))
+        else {
+            f.wrong(
+                "invariants",
+                &at,
+                format!("{} {}: no open-loop group at a finite rate ran there", m.runtime, m.load),
+            );
+            continue;
+        };
+        if !seen.insert((m.runtime.as_str(), m.load.as_str())) {
+            f.wrong("invariants", &at, format!("{} {} has a probe's record already", m.runtime, m.load));
+        }
+        let first = g.records.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
+        let last = g.records.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
+        if !(m.from_s <= first && last <= m.to_s) {
+            f.wrong(
+                "invariants",
+                &at,
+                format!("watched {} to {} s, which does not span its requests ({first} to {last} s)", m.from_s, m.to_s),
+            );
+        }
+        let cpus: std::collections::BTreeSet<usize> = m.cpus.iter().copied().collect();
+        if cpus.is_empty() || cpus.len() != m.cpus.len() {
+            f.wrong("invariants", format!("{at}.cpus"), "must name each watched CPU once");
+        }
+        if !(m.period_s > 0.0 && m.period_s.is_finite() && m.min_stall_s >= 0.0 && m.min_stall_s.is_finite()) {
+            f.wrong("invariants", &at, "period_s must be above 0 and min_stall_s at least 0");
+        }
+        if !(m.cpu_time_s >= 0.0 && m.cpu_time_s.is_finite()) || m.wakes < m.stalls.len() as u64 {
+            f.wrong("invariants", &at, "cpu_time_s must be at least 0, and every stall is a wake");
+        }
+        // A microsecond allowed for the seconds' rounding.
+        let mut until: BTreeMap<usize, f64> = BTreeMap::new();
+        for (k, s) in m.stalls.iter().enumerate() {
+            let inside = m.from_s <= s.from_s && s.to_s <= m.to_s;
+            let long_enough = s.to_s - s.from_s >= m.min_stall_s - 1e-6;
+            let after = until.get(&s.cpu).is_none_or(|&end| s.from_s >= end);
+            if !(cpus.contains(&s.cpu) && inside && long_enough && after) {
+                f.wrong(
+                    "invariants",
+                    format!("{at}.stalls[{k}]"),
+                    format!(
+                        "CPU {} from {} to {} s: must be a watched CPU's, within the span watched, at least min_stall_s long, and after that CPU's last stall",
+                        s.cpu, s.from_s, s.to_s
+                    ),
+                );
+            }
+            until.insert(s.cpu, s.to_s);
+        }
+        if let Some(r) = g.records.iter().find(|r| r.sent_cpu.is_some_and(|c| !cpus.contains(&c))) {
+            f.wrong(
+                "invariants",
+                &at,
+                format!("request {} was sent from CPU {:?}, which the probe did not watch", r.index, r.sent_cpu),
+            );
+        }
+    }
+    if probe {
+        for g in groups.iter().filter(|g| matches!(g.rate, Some(Some(_)))) {
+            if !seen.contains(&(g.runtime, g.load.as_str())) {
+                f.wrong("invariants", "machine_stalls", format!("{} {} was not probed", g.runtime, g.load));
+            }
         }
     }
 }

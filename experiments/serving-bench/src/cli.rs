@@ -296,6 +296,13 @@ pub struct BenchArgs {
     /// to tell a near tie in the logits from a wrong answer.
     #[arg(long)]
     pub check_agreement: bool,
+    /// Watch every CPU for the machine's holds on the client during each open-loop group at a
+    /// finite rate: a probe thread per CPU at real-time priority (SCHED_FIFO 3, so root,
+    /// CAP_SYS_NICE or an RLIMIT_RTPRIO of 3), waking every millisecond, records each late wake;
+    /// the summary then splits the send delay into the machine's part and the client's own
+    /// (send_held_s, send_own_s). The CPU time the probes took is recorded (stall_probe_cpu_s).
+    #[arg(long)]
+    pub stall_probe: bool,
     /// Skip TLS certificate verification for https targets (recorded in the artifact).
     #[arg(long)]
     pub insecure: bool,
@@ -529,6 +536,7 @@ impl BenchArgs {
         p.continuous_usage |= args.continuous_usage;
         p.tls_insecure |= args.insecure;
         p.check_agreement |= args.check_agreement;
+        p.stall_probe |= args.stall_probe;
         if !args.percentiles.is_empty() {
             p.percentiles = args.percentiles.clone();
         }
@@ -634,6 +642,7 @@ impl BenchArgs {
             "server_kv_budget" => one("--server-kv-budget", self.server_kv_budget.is_some()),
             "sampling" => self.sampling_flags(),
             "check_agreement" => one("--check-agreement", self.check_agreement),
+            "stall_probe" => one("--stall-probe", self.stall_probe),
             _ => Vec::new(),
         }
     }
@@ -668,6 +677,9 @@ impl BenchArgs {
         }
         if self.check_agreement {
             requested["check_agreement"] = json!(true);
+        }
+        if self.stall_probe {
+            requested["stall_probe"] = json!(true);
         }
         if let Some(b) = self.server_kv_budget {
             requested["server_kv_budget"] = json!(b);
@@ -750,6 +762,7 @@ pub fn seed_parameters() -> Parameters {
         scrape_metrics_s: None,
         sampling: Default::default(),
         check_agreement: false,
+        stall_probe: false,
     }
 }
 

@@ -550,6 +550,7 @@ async fn measure_reply(
         prompt: spec.prompt_name.to_string(),
         scheduled_s: secs(scheduled.unwrap_or(start).min(start)),
         sent_s: None,
+        sent_cpu: None,
         first_byte_s: None,
         first_token_s: None,
         end_s: 0.0,
@@ -613,6 +614,7 @@ async fn stream_into(
     let first_deadline = start + timeouts.first_token;
     let (endpoint, body) = request_body(target, spec);
     rec.sent_s = Some(secs(Instant::now()));
+    rec.sent_cpu = crate::probe::current_cpu();
     let response = loop {
         let send = client.sending(rec.resent).post(&endpoint).json(&body).send();
         match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod export;
 pub mod load;
+pub mod probe;
 pub mod progress;
 mod report;
 pub mod scrape;

@@ -265,8 +265,8 @@ const LEAD: Duration = Duration::from_millis(20);
 ///
 /// Each wake-up carries the instant the pacer woke the request. The pacer runs above the client's
 /// workers, so nothing of the client's delays it: a wake later than its instant tells that the
-/// machine held the client (the host pausing the VM stops every thread at once), apart from what
-/// the client then took to send.
+/// machine held the client (the kernel, or the host pausing a virtual CPU), apart from what the
+/// client then took to send; a hold after the wake shows to the stall probe ([`crate::probe`]).
 struct Pacer {
     queue: std::sync::mpsc::Sender<(Instant, tokio::sync::oneshot::Sender<Instant>)>,
     /// Whether its thread runs at real-time priority.
@@ -314,7 +314,7 @@ impl Pacer {
 /// the server keeps the cores busy. The pacer sleeps between wake-ups and spins only the last
 /// stretch, so the server loses next to nothing. A thread or process it starts is normal again
 /// (reset on fork). Returns whether it took.
-fn realtime_priority(level: i32) -> bool {
+pub(crate) fn realtime_priority(level: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: level };

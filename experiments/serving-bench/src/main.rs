@@ -8,6 +8,7 @@ use common::workspace::Workspace;
 use serve::ServerConfig;
 use serving_bench::cli::{BenchArgs, Cli, Command, ServeArgs, TargetSpec};
 use serving_bench::client::{self, RequestOptions, Spec, Timeouts};
+use serving_bench::probe::Probe;
 use serving_bench::progress::Progress;
 use serving_bench::scrape::Scraper;
 use serving_bench::serving::{self, Parameters, RequestRecord, Runtime, ServingArtifact};
@@ -344,6 +345,7 @@ struct Measured {
     agreement: Vec<serving::Agreement>,
     realtime_pacers: Vec<bool>,
     server_metrics: Vec<serving::ServerSeries>,
+    machine_stalls: Vec<serving::MachineStalls>,
 }
 
 /// Warm-ups, then the open loop's groups or the closed rounds, every target in turn.
@@ -383,6 +385,11 @@ async fn run(plan: &Plan) -> Result<Measured> {
     let bar = Progress::new(measured.saturating_add(params.warmups.saturating_mul(targets.len())) as u64);
     let mut records: Vec<RequestRecord> = Vec::new();
     let mut server_metrics = Vec::new();
+    let mut machine_stalls = Vec::new();
+    // Asked for, the probe must run: found out before anything is sent.
+    if params.stall_probe {
+        Probe::start(t0)?.finish("", String::new());
+    }
     let interval = params.scrape_metrics_s.map(std::time::Duration::from_secs_f64);
     let scrape = |target| async move {
         match interval {
@@ -412,6 +419,10 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 let Some(group_load) = *group_load else { continue };
                 bar.group(format!("{} {}", target.name, group_load.label()));
                 let scraper = scrape(target).await;
+                let probe = match params.stall_probe && group_load.rate.is_some() {
+                    true => Some(Probe::start(t0)?),
+                    false => None,
+                };
                 let group = load::run_group(
                     http,
                     target,
@@ -427,6 +438,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 )
                 .await
                 .with_context(|| format!("{}: its group {}", target.name, group_load.label()))?;
+                machine_stalls.extend(probe.map(|p| p.finish(&target.name, group_load.label())));
                 if let Some(s) = scraper {
                     server_metrics.push(s.finish(&target.name, group_load.label(), 0).await);
                 }
@@ -492,7 +504,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
         }
         false => Vec::new(),
     };
-    Ok(Measured { records, agreement, realtime_pacers, server_metrics })
+    Ok(Measured { records, agreement, realtime_pacers, server_metrics, machine_stalls })
 }
 
 /// Stops the embedded server (keeping what its KV pool did), then writes the artifact: the
@@ -500,7 +512,7 @@ async fn run(plan: &Plan) -> Result<Measured> {
 /// manifest's label for the claims table.
 async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<String>)> {
     let Plan { prepared, targets, versions, model_metadata, workload, sent_headers, .. } = plan;
-    let Measured { records, agreement, realtime_pacers, server_metrics } = measured;
+    let Measured { records, agreement, realtime_pacers, server_metrics, machine_stalls } = measured;
     let mut embedded_kv = None;
     if let Some(s) = plan.embedded {
         let kv = &s.kv;
@@ -547,6 +559,9 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
             if let Some(note) = load::workers_note(load::workers_raised()) {
                 notes.insert("client_workers".into(), note);
             }
+            if !machine_stalls.is_empty() {
+                notes.insert("machine_stalls".into(), serving::STALL_NOTE.into());
+            }
             notes
         },
         completed_at: common::provenance::now_utc(),
@@ -555,6 +570,7 @@ async fn record(plan: Plan, measured: Measured) -> Result<(PathBuf, Option<Strin
         claims: Vec::new(),
         embedded_kv,
         server_metrics,
+        machine_stalls,
         agreement,
         provenance,
     };

@@ -24,9 +24,10 @@ fn deadline(interval: Duration) -> Duration {
 /// The latest a group's last scrape can be sent after its last request ended, in seconds, at
 /// `interval_s`: a scrape under way then runs first (a GET and its one resend, each within
 /// [`deadline`]), and a second is allowed for the client's own scheduling. The audit holds the
-/// scrapes to it.
+/// scrapes to it; an interval no duration can hold (a forged file's) is read as the longest.
 pub(crate) fn last_scrape_within_s(interval_s: f64) -> f64 {
-    2.0 * interval_s.clamp(1.0, 10.0) + 1.0
+    let interval = Duration::try_from_secs_f64(interval_s).unwrap_or(Duration::MAX);
+    2.0 * deadline(interval).as_secs_f64() + 1.0
 }
 
 /// A running scraper of one target.

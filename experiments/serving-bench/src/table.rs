@@ -91,6 +91,22 @@ pub fn summary(a: &ServingArtifact) -> String {
             num(row, "send_delay_s_max", 1000.0, 2),
         );
     }
+    // Where the stall probe watched: the send delay's part the machine held, and the client's own.
+    for row in a.summary.iter().filter(|r| r.contains_key("send_own_s_p99")) {
+        let _ = writeln!(
+            out,
+            "{:<w$} {:>8} sending once awake, held by the machine (stall probe) p99 {}ms (max {}ms); the client's own p99 {}ms (max {}ms); {} stalls, {}ms in all; the probe took {}ms of CPU",
+            row["runtime"].as_str().unwrap_or_default(),
+            load_cell(row, open),
+            num(row, "send_held_s_p99", 1000.0, 2),
+            num(row, "send_held_s_max", 1000.0, 2),
+            num(row, "send_own_s_p99", 1000.0, 2),
+            num(row, "send_own_s_max", 1000.0, 2),
+            num(row, "machine_stalls", 1.0, 0),
+            num(row, "machine_stalled_s", 1000.0, 1),
+            num(row, "stall_probe_cpu_s", 1000.0, 1),
+        );
+    }
     out.push_str(&server_view(a));
     out
 }

@@ -1273,3 +1273,118 @@ fn agreement_is_checked_answer_by_answer_and_every_difference_is_judged() {
     let forged = resealed(&path, |v| v["requests"][1]["inconsistency"] = json!("made up"));
     assert_ne!(audit_of(&forged).verdict, audit::Verdict::Ok);
 }
+
+/// Pins the calling thread to `cpu` at real-time priority `level`, above the stall probe's.
+fn hold_cpu_thread(cpu: usize, level: i32) {
+    // SAFETY: a zeroed cpu_set_t is an empty set, CPU_SET writes within it, and both calls
+    // act on the calling thread (0) with valid arguments.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+        let param = libc::sched_param { sched_priority: level };
+        assert_eq!(libc::sched_setscheduler(0, libc::SCHED_FIFO, &param), 0, "real-time priority (root)");
+    }
+}
+
+/// Under `--stall-probe` each open-loop group at a finite rate is watched on every CPU. A CPU
+/// held from the client (a thread above the probe spinning on it 5 ms in every 40, as a host
+/// pausing a virtual CPU would) shows as its stalls; every send delay splits into the part a
+/// stall of its CPU held and the client's own; the audit names a stall forged outside its
+/// group, on a CPU not watched or over another of its CPU, and a group left unwatched.
+#[test]
+fn the_stall_probe_sets_the_machines_holds_apart_from_the_clients_own_delay() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    // Asked without a schedule, the probe has nothing to watch: one line says so.
+    let refused = bench_run(tmp.path(), "closed", &["--target", "openai=embedded", "--stall-probe"]).unwrap_err();
+    assert!(refused.contains("stall_probe") && refused.contains("--request-rate"), "{refused}");
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let held = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            hold_cpu_thread(0, 50);
+            let mut spans = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(35));
+                let from = Instant::now();
+                while from.elapsed() < Duration::from_millis(5) {
+                    std::hint::spin_loop();
+                }
+                spans.push(from);
+            }
+            spans.len()
+        })
+    };
+    let args = [
+        "--target",
+        "openai=embedded",
+        "--stall-probe",
+        "--request-rate",
+        "100,inf",
+        "--max-concurrency",
+        "4",
+        "--num-requests",
+        "60",
+        "--warmup-requests",
+        "2",
+        "--max-tokens",
+        "2",
+    ];
+    let run = bench_run(tmp.path(), "probed", &args);
+    stop.store(true, Ordering::Relaxed);
+    assert!(held.join().unwrap() > 5);
+    let out = run.unwrap();
+    let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
+    // The finite rate's group alone is watched, on every CPU, CPU 0's holds among its stalls.
+    assert_eq!(a.machine_stalls.len(), 1, "{:?}", a.machine_stalls);
+    let probed = &a.machine_stalls[0];
+    assert_eq!((probed.runtime.as_str(), probed.load.as_str()), ("embedded-openai", "rate100"));
+    assert!(probed.cpus.contains(&0) && probed.cpu_time_s > 0.0, "{probed:?}");
+    let long: Vec<_> = probed.stalls.iter().filter(|s| s.cpu == 0 && s.to_s - s.from_s >= 0.0035).collect();
+    assert!(long.len() >= 5, "CPU 0 was held 5 ms in every 40: {:?}", probed.stalls);
+    assert!(a.measurement_notes.contains_key("machine_stalls"));
+    // Every request of the group says which CPU sent it; its send delay is held plus own.
+    let group: Vec<_> = a.requests.iter().filter(|r| r.arrival.is_some_and(|x| x.rate_rps.is_some())).collect();
+    assert!(group.iter().all(|r| r.sent_cpu.is_some_and(|c| probed.cpus.contains(&c))), "{group:?}");
+    let row = a.summary.iter().find(|r| r["request_rate"] == json!(100.0)).unwrap();
+    let held: Vec<f64> = group
+        .iter()
+        .filter(|r| !r.arrival.unwrap().warmup)
+        .filter_map(|r| serving_bench::serving::send_held(r, &probed.stalls))
+        .collect();
+    assert_eq!(row["send_held_s_n"].as_u64(), Some(held.len() as u64));
+    let v = |k: &str| row[k].as_f64().unwrap();
+    assert!((v("send_held_s_mean") + v("send_own_s_mean") - v("send_delay_s_mean")).abs() < 1e-9, "{row:?}");
+    assert!(v("send_own_s_max") <= v("send_delay_s_max") + 1e-12, "{row:?}");
+    let unprobed = a.summary.iter().find(|r| r["request_rate"] == json!("inf")).unwrap();
+    assert!(!unprobed.contains_key("send_own_s_p99"), "{unprobed:?}");
+    assert_audits_ok(&out);
+
+    // Forgeries, sealed with their summaries recomputed: each is named.
+    let (first, last) = (long[0], probed.stalls.len() - 1);
+    let k = probed.stalls.iter().position(|s| s == first).unwrap();
+    let named = |edit: &dyn Fn(&mut Value), what: &str| {
+        let report = audit_of(&forged(&out, edit));
+        assert_eq!(report.verdict, audit::Verdict::Wrong, "{what}");
+        let said = format!("{:?}", report.findings);
+        assert!(said.contains(what), "{what}: {said}");
+    };
+    named(&|v| v["machine_stalls"][0]["stalls"][last]["to_s"] = json!(probed.to_s + 1.0), &format!("stalls[{last}]"));
+    named(&|v| v["machine_stalls"][0]["stalls"][k]["cpu"] = json!(4096), &format!("stalls[{k}]"));
+    named(
+        &|v| {
+            let copy = v["machine_stalls"][0]["stalls"][k].clone();
+            v["machine_stalls"][0]["stalls"].as_array_mut().unwrap().insert(k + 1, copy);
+        },
+        &format!("stalls[{}]", k + 1),
+    );
+    named(
+        &|v| {
+            v["machine_stalls"] = json!([]);
+            v["measurement_notes"].as_object_mut().unwrap().remove("machine_stalls");
+        },
+        "embedded-openai rate100 was not probed",
+    );
+}

@@ -52,6 +52,9 @@ pub struct ServingArtifact {
     /// What each target's `/metrics` said during every group (`scrape_metrics_s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub server_metrics: Vec<super::ServerSeries>,
+    /// With `stall_probe`: what the probe saw over every open-loop group at a finite rate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_stalls: Vec<super::MachineStalls>,
     /// With `check_agreement`: every pair of targets compared answer by answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agreement: Vec<super::Agreement>,

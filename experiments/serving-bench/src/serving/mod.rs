@@ -13,13 +13,15 @@
 //! One module per job: `record` (what is recorded of a request, a target, a workload), `params`
 //! (the parameters and their checks), `agreement` (checked outputs: what an answer says of itself,
 //! and whether targets gave the same ones), `summary` (the arithmetic the audit repeats), `server`
-//! (what the targets' `/metrics` said, and its columns), `artifact` (the file a run writes).
+//! (what the targets' `/metrics` said, and its columns), `stall` (the machine's holds the stall
+//! probe saw, and the send delay they account for), `artifact` (the file a run writes).
 
 mod agreement;
 mod artifact;
 mod params;
 mod record;
 mod server;
+mod stall;
 mod summary;
 
 pub use agreement::{
@@ -37,6 +39,8 @@ pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource,
 pub(crate) use server::columns as server_columns;
 pub use server::{dialect_of, Gauge, Scrape, ServerSeries, DIALECTS};
 pub(crate) use server::{kept as server_kept, series_problem};
+pub use stall::NOTE as STALL_NOTE;
+pub use stall::{send_held, MachineStalls, Stall};
 pub use summary::{
     aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
     summarize_artifact, unsent_turns_notes, usage_contradiction, Group,

@@ -78,6 +78,11 @@ pub struct Parameters {
     /// log-probabilities.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub check_agreement: bool,
+    /// Watch every CPU for the machine's holds on the client during each open-loop group at a
+    /// finite rate (a real-time probe thread per CPU), so that the part of a send delay the
+    /// machine held sets apart from the client's own (`machine_stalls`, `send_own_s`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stall_probe: bool,
 }
 
 /// The sampling settings sent with every request, by their OpenAI (and vLLM) names; Ollama gets
@@ -262,6 +267,13 @@ impl Parameters {
             return Err(Invalid::new(
                 "check_agreement",
                 "compares greedy answers, which sampling makes differ by design; drop the temperature (or set it to 0)",
+            ));
+        }
+        let paced = self.arrivals.as_ref().is_some_and(|a| a.sweep.is_some() || a.rates.iter().any(Option::is_some));
+        if self.stall_probe && !paced {
+            return Err(Invalid::new(
+                "stall_probe",
+                "watches the machine under open-loop sends at a finite rate; give --request-rate RATE (or drop --stall-probe)",
             ));
         }
         if self.rounds == 0 {

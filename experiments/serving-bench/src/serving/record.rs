@@ -67,6 +67,10 @@ pub struct RequestRecord {
     pub prompt: String,
     pub scheduled_s: f64,
     pub sent_s: Option<f64>,
+    /// The CPU the client sent it from, read as `sent_s` was: the CPU whose stalls the stall
+    /// probe matches against its send ([`super::stall::send_held`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_cpu: Option<usize>,
     pub first_byte_s: Option<f64>,
     pub first_token_s: Option<f64>,
     pub end_s: f64,

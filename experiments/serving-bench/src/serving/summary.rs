@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// mean / std / p50 / p95 / p99 and n of one metric, flattened into the seed's
 /// `<metric>_<stat>` names. The standard deviation is the population's (as vLLM's printout
 /// gives it), over the values the mean is taken over.
-fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
+pub(super) fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
     let s = summarize(values);
     let std = s.mean.map(|mean| {
         let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
@@ -272,8 +272,9 @@ pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
         .collect()
 }
 
-/// An artifact's summary: [`summarize_all`] of its requests, and each group's server-side
-/// columns ([`super::server::columns`]) where its targets' `/metrics` were scraped.
+/// An artifact's summary: [`summarize_all`] of its requests, each group's server-side columns
+/// ([`super::server::columns`]) where its targets' `/metrics` were scraped, and its send delay's
+/// held and own parts ([`super::stall::columns`]) where the stall probe watched it.
 pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, serde_json::Value>> {
     let mut rows = summarize_all(&a.arguments, &a.runtimes, &a.requests);
     if !a.server_metrics.is_empty() {
@@ -283,6 +284,11 @@ pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, se
             if !series.is_empty() {
                 row.extend(super::server::columns(&series));
             }
+        }
+    }
+    for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
+        if let Some(probed) = a.machine_stalls.iter().find(|s| s.runtime == g.runtime && s.load == g.load) {
+            row.extend(super::stall::columns(probed, &g.records));
         }
     }
     rows
@@ -404,6 +410,7 @@ pub(in crate::serving) mod tests {
             prompt: "short".into(),
             scheduled_s: start,
             sent_s: Some(start),
+            sent_cpu: None,
             first_byte_s: Some(first),
             first_token_s: Some(first),
             end_s: end,
