@@ -131,6 +131,21 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("requests[].arrival.woken_s", &["nudge"], "measured"),
     ("requests[].chunk_gaps_s[]", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
+    // The CPU a send went from (only a stall probe's group holds it to the CPUs watched), and
+    // what the probe read: its spans' times and its window's end moved within their order, a
+    // stall moved to another watched CPU or left out, its wakes and CPU time, and the period and
+    // threshold it ran with.
+    ("requests[].sent_cpu", &[], "measured"),
+    ("machine_stalls[].stalls[].from_s", &["nudge"], "measured"),
+    ("machine_stalls[].stalls[].to_s", &["nudge"], "measured"),
+    ("machine_stalls[].stalls[].cpu", &["step"], "measured"),
+    ("machine_stalls[].stalls", &["drop"], "measured"),
+    ("machine_stalls[].from_s", &["nudge"], "measured"),
+    ("machine_stalls[].to_s", &["nudge", "jump"], "measured"),
+    ("machine_stalls[].wakes", &[], "measured"),
+    ("machine_stalls[].cpu_time_s", &[], "measured"),
+    ("machine_stalls[].period_s", &[], "measured"),
+    ("machine_stalls[].min_stall_s", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].answer_s", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].end_ms", &["nudge"], "measured"),
