@@ -274,7 +274,7 @@ pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
 
 /// An artifact's summary: [`summarize_all`] of its requests, each group's server-side columns
 /// ([`super::server::columns`]) where its targets' `/metrics` were scraped, and its send delay's
-/// held and own parts ([`super::stall::columns`]) where the stall probe watched it.
+/// held and own parts ([`stall_columns`]) where the stall probe watched it.
 pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, serde_json::Value>> {
     let mut rows = summarize_all(&a.arguments, &a.runtimes, &a.requests);
     if !a.server_metrics.is_empty() {
@@ -288,10 +288,29 @@ pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, se
     }
     for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
         if let Some(probed) = a.machine_stalls.iter().find(|s| s.runtime == g.runtime && s.load == g.load) {
-            row.extend(super::stall::columns(probed, &g.records));
+            row.extend(stall_columns(probed, &g.records));
         }
     }
     rows
+}
+
+/// A probed group's columns: how much of each send delay the machine held (`send_held_s`) and
+/// what is left, the client's own (`send_own_s`), and what the probe saw and cost.
+fn stall_columns(probed: &super::MachineStalls, group: &[&RequestRecord]) -> BTreeMap<String, serde_json::Value> {
+    let mut row = BTreeMap::new();
+    let held: Vec<(f64, f64)> =
+        group.iter().filter_map(|r| Some((super::send_held(r, &probed.stalls)?, r.send_delay()?))).collect();
+    let own: Vec<f64> = held.iter().map(|(held, delay)| delay - held).collect();
+    let held: Vec<f64> = held.iter().map(|(held, _)| *held).collect();
+    for (key, values) in [("send_held_s", held), ("send_own_s", own)] {
+        put(&mut row, key, &values);
+        row.insert(format!("{key}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
+    }
+    let stalled: f64 = probed.stalls.iter().map(|s| s.to_s - s.from_s).sum();
+    row.insert("machine_stalls".into(), serde_json::json!(probed.stalls.len()));
+    row.insert("machine_stalled_s".into(), serde_json::json!(stalled));
+    row.insert("stall_probe_cpu_s".into(), serde_json::json!(probed.cpu_time_s));
+    row
 }
 
 /// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
@@ -398,6 +417,7 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
 #[cfg(test)]
 pub(in crate::serving) mod tests {
     use super::super::record::Arrival;
+    use super::super::Stall;
     use super::*;
 
     /// A successful record of `tokens` tokens, finished by length.
@@ -581,5 +601,68 @@ pub(in crate::serving) mod tests {
         assert_eq!(row["ttft_s_n"], 3);
         assert!(row["prompt_tps_note"].is_string());
         assert!(row["prompt_tps_mean"].is_null());
+    }
+
+    fn probed(stalls: Vec<Stall>) -> super::super::MachineStalls {
+        super::super::MachineStalls {
+            runtime: "r".into(),
+            load: "rate8".into(),
+            cpus: vec![0, 1],
+            period_s: 0.001,
+            min_stall_s: 0.0001,
+            from_s: 0.0,
+            to_s: 10.0,
+            wakes: 20_000,
+            cpu_time_s: 0.1,
+            stalls,
+        }
+    }
+
+    /// Admitted at 1 s, woken at `woken`, sent at `sent` from `cpu`.
+    fn sent_at(woken: f64, sent: f64, cpu: usize) -> RequestRecord {
+        let mut r = rec(0, 1.0, sent + 0.01, sent + 0.1, 4);
+        r.sent_s = Some(sent);
+        r.sent_cpu = Some(cpu);
+        r.arrival = Some(Arrival { rate_rps: Some(8.0), warmup: false, admitted_s: Some(1.0), woken_s: Some(woken) });
+        r
+    }
+
+    #[test]
+    fn a_send_delay_is_held_where_a_stall_of_its_cpu_overlaps_it() {
+        let stalls = [
+            Stall { cpu: 0, from_s: 1.001, to_s: 1.004 },
+            Stall { cpu: 1, from_s: 1.000, to_s: 1.010 },
+            Stall { cpu: 0, from_s: 1.009, to_s: 1.020 },
+        ];
+        // Ready at 1.000 (woken on time), sent at 1.010 from CPU 0: held 1.001-1.004 and
+        // 1.009-1.010; CPU 1's stall is not its own.
+        let r = sent_at(1.0, 1.010, 0);
+        let held = super::super::send_held(&r, &stalls).unwrap();
+        assert!((held - 0.004).abs() < 1e-9, "{held}");
+        // The same send from CPU 1 was held throughout.
+        assert!((super::super::send_held(&sent_at(1.0, 1.010, 1), &stalls).unwrap() - 0.010).abs() < 1e-9);
+        // Woken late at 1.005: only from then on is it the send's.
+        assert!((super::super::send_held(&sent_at(1.005, 1.010, 0), &stalls).unwrap() - 0.001).abs() < 1e-9);
+        // Without a recorded CPU nothing is held, and nothing counts as the client's own either.
+        let mut unknown = sent_at(1.0, 1.010, 0);
+        unknown.sent_cpu = None;
+        assert_eq!(super::super::send_held(&unknown, &stalls), None);
+        // Overlapping spans (a forged file) never make the held part exceed the delay.
+        let forged = [Stall { cpu: 0, from_s: 0.9, to_s: 1.1 }, Stall { cpu: 0, from_s: 0.9, to_s: 1.1 }];
+        assert!((super::super::send_held(&r, &forged).unwrap() - 0.010).abs() < 1e-9);
+    }
+
+    #[test]
+    fn held_and_own_parts_make_each_send_delay_whole() {
+        let group = [sent_at(1.0, 1.010, 0), sent_at(1.0, 1.0005, 1), sent_at(1.002, 1.003, 0)];
+        let refs: Vec<&RequestRecord> = group.iter().collect();
+        let row = stall_columns(&probed(vec![Stall { cpu: 0, from_s: 1.001, to_s: 1.004 }]), &refs);
+        // Held 3 ms, 0 and 1 ms; own 7 ms, 0.5 ms and 0.
+        let v = |k: &str| row[k].as_f64().unwrap();
+        assert!((v("send_held_s_max") - 0.003).abs() < 1e-9);
+        assert!((v("send_own_s_max") - 0.007).abs() < 1e-9);
+        assert!((v("send_held_s_mean") + v("send_own_s_mean") - (0.010 + 0.0005 + 0.001) / 3.0).abs() < 1e-9);
+        assert_eq!(row["machine_stalls"], 1);
+        assert!((v("machine_stalled_s") - 0.003).abs() < 1e-9);
     }
 }
