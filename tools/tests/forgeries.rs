@@ -133,8 +133,7 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("server_metrics[].scrapes[].t_s", &["nudge"], "measured"),
     // The CPU a send went from (only a stall probe's group holds it to the CPUs watched), and
     // what the probe read: its spans' times and its window's end moved within their order, a
-    // stall moved to another watched CPU or left out, its wakes and CPU time, and the period and
-    // threshold it ran with.
+    // stall moved to another watched CPU or left out, and its wakes and CPU time.
     ("requests[].sent_cpu", &[], "measured"),
     ("machine_stalls[].stalls[].from_s", &["nudge"], "measured"),
     ("machine_stalls[].stalls[].to_s", &["nudge"], "measured"),
@@ -144,8 +143,6 @@ const CONSISTENT: &[(&str, &[&str], &str)] = &[
     ("machine_stalls[].to_s", &["nudge", "jump"], "measured"),
     ("machine_stalls[].wakes", &[], "measured"),
     ("machine_stalls[].cpu_time_s", &[], "measured"),
-    ("machine_stalls[].period_s", &[], "measured"),
-    ("machine_stalls[].min_stall_s", &["nudge"], "measured"),
     ("server_metrics[].scrapes[].answer_s", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].start_ms", &["nudge", "jump"], "measured"),
     ("runs[].timeline[].end_ms", &["nudge"], "measured"),

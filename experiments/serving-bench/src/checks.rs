@@ -547,8 +547,15 @@ fn machine_stalls(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         if cpus.is_empty() || cpus.len() != m.cpus.len() {
             f.wrong("invariants", format!("{at}.cpus"), "must name each watched CPU once");
         }
-        if !(m.period_s > 0.0 && m.period_s.is_finite() && m.min_stall_s >= 0.0 && m.min_stall_s.is_finite()) {
-            f.wrong("invariants", &at, "period_s must be above 0 and min_stall_s at least 0");
+        // The probe's period and threshold are the code's; a record that says otherwise was not
+        // made by the code the source hash names.
+        let (period, min_stall) = (crate::probe::PERIOD.as_secs_f64(), crate::probe::MIN_STALL.as_secs_f64());
+        if m.period_s != period || m.min_stall_s != min_stall {
+            f.wrong(
+                "invariants",
+                &at,
+                format!("period_s and min_stall_s must be the probe's {period} and {min_stall} s"),
+            );
         }
         if !(m.cpu_time_s >= 0.0 && m.cpu_time_s.is_finite()) || m.wakes < m.stalls.len() as u64 {
             f.wrong("invariants", &at, "cpu_time_s must be at least 0, and every stall is a wake");

@@ -438,7 +438,10 @@ async fn run(plan: &Plan) -> Result<Measured> {
                 )
                 .await
                 .with_context(|| format!("{}: its group {}", target.name, group_load.label()))?;
-                machine_stalls.extend(probe.map(|p| p.finish(&target.name, group_load.label())));
+                if let Some(p) = probe {
+                    // Joining the probe threads waits up to a period: off the runtime's workers.
+                    machine_stalls.push(tokio::task::block_in_place(|| p.finish(&target.name, group_load.label())));
+                }
                 if let Some(s) = scraper {
                     server_metrics.push(s.finish(&target.name, group_load.label(), 0).await);
                 }

@@ -4,7 +4,7 @@
 //! in which the machine kept that CPU from the client: the kernel, or the host pausing the
 //! virtual CPU (on a VM whose host throttles it, one virtual CPU can stop before the other).
 //! The summary sets the part of each send delay that such a span overlaps apart from the
-//! client's own ([`crate::serving::send_held`]).
+//! client's own ([`crate::serving::split_send`]).
 
 use crate::serving::{MachineStalls, Stall};
 use std::sync::atomic::{AtomicBool, Ordering};

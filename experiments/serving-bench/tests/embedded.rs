@@ -1349,12 +1349,13 @@ fn the_stall_probe_sets_the_machines_holds_apart_from_the_clients_own_delay() {
     let group: Vec<_> = a.requests.iter().filter(|r| r.arrival.is_some_and(|x| x.rate_rps.is_some())).collect();
     assert!(group.iter().all(|r| r.sent_cpu.is_some_and(|c| probed.cpus.contains(&c))), "{group:?}");
     let row = a.summary.iter().find(|r| r["request_rate"] == json!(100.0)).unwrap();
-    let held: Vec<f64> = group
+    let split: Vec<_> = group
         .iter()
         .filter(|r| !r.arrival.unwrap().warmup)
-        .filter_map(|r| serving_bench::serving::send_held(r, &probed.stalls))
+        .filter_map(|r| serving_bench::serving::split_send(r, &probed.stalls))
         .collect();
-    assert_eq!(row["send_held_s_n"].as_u64(), Some(held.len() as u64));
+    assert_eq!(row["send_held_s_n"].as_u64(), Some(split.len() as u64));
+    assert!(split.iter().all(|s| s.held >= 0.0 && s.own >= 0.0), "{split:?}");
     let v = |k: &str| row[k].as_f64().unwrap();
     assert!((v("send_held_s_mean") + v("send_own_s_mean") - v("send_delay_s_mean")).abs() < 1e-9, "{row:?}");
     assert!(v("send_own_s_max") <= v("send_delay_s_max") + 1e-12, "{row:?}");
@@ -1387,4 +1388,6 @@ fn the_stall_probe_sets_the_machines_holds_apart_from_the_clients_own_delay() {
         },
         "embedded-openai rate100 was not probed",
     );
+    // A probe said to have run with another threshold than the code's.
+    named(&|v| v["machine_stalls"][0]["min_stall_s"] = json!(0.0002), "must be the probe's");
 }

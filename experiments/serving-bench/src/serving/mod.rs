@@ -40,7 +40,7 @@ pub(crate) use server::columns as server_columns;
 pub use server::{dialect_of, Gauge, Scrape, ServerSeries, DIALECTS};
 pub(crate) use server::{kept as server_kept, series_problem};
 pub use stall::NOTE as STALL_NOTE;
-pub use stall::{send_held, MachineStalls, Stall};
+pub use stall::{split_send, MachineStalls, SendSplit, Stall};
 pub use summary::{
     aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
     summarize_artifact, unsent_turns_notes, usage_contradiction, Group,

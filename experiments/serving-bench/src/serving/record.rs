@@ -68,7 +68,7 @@ pub struct RequestRecord {
     pub scheduled_s: f64,
     pub sent_s: Option<f64>,
     /// The CPU the client sent it from, read as `sent_s` was: the CPU whose stalls the stall
-    /// probe matches against its send ([`super::stall::send_held`]).
+    /// probe matches against its send ([`super::stall::split_send`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_cpu: Option<usize>,
     pub first_byte_s: Option<f64>,
@@ -234,16 +234,20 @@ impl RequestRecord {
     /// woke it, if that was later (where the pacer's wake was recorded). With
     /// [`send_delay`](Self::send_delay) it makes the client's lateness whole.
     pub fn pacer_lateness(&self) -> Option<f64> {
-        let arrival = self.arrival?;
-        let admitted = arrival.admitted_s?;
-        Some(arrival.woken_s?.max(admitted) - admitted)
+        Some(self.ready_s()? - self.arrival?.admitted_s?)
     }
 
-    /// How long the client took to send it once it could: from the later of its admission and
-    /// its pacer's wake-up to when it was sent (where the pacer's wake was recorded).
+    /// How long the client took to send it once it could: from [`ready_s`](Self::ready_s) to
+    /// when it was sent.
     pub fn send_delay(&self) -> Option<f64> {
+        Some(self.sent_s? - self.ready_s()?)
+    }
+
+    /// When the client could send it and was awake to: the later of its admission and its
+    /// pacer's wake-up (where the pacer's wake was recorded).
+    pub fn ready_s(&self) -> Option<f64> {
         let arrival = self.arrival?;
-        Some(self.sent_s? - arrival.admitted_s?.max(arrival.woken_s?))
+        Some(arrival.admitted_s?.max(arrival.woken_s?))
     }
 
     /// Whether it could not be sent at its time because every slot under `max_concurrency` was

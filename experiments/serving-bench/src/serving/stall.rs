@@ -5,8 +5,8 @@
 //! hold that begins after a wake and before the send counts in `send_delay`, the client's part.
 //! A probe thread per CPU, above the pacer, records every wake of its own that came late: a
 //! span of time the machine kept that CPU from the client. The part of a request's send delay
-//! that overlaps such a span on the CPU it was sent from is `send_held`; the rest, `send_own`,
-//! is what the client itself took. The summary's columns of the split are
+//! that overlaps such a span on the CPU it was sent from is held ([`split_send`]); the rest is
+//! what the client itself took. The summary's columns of the split are
 //! [`super::summary`]'s.
 
 use super::record::RequestRecord;
@@ -47,17 +47,24 @@ pub struct MachineStalls {
     pub stalls: Vec<Stall>,
 }
 
-/// The part of `r`'s send delay ([`RequestRecord::send_delay`]) that a stall of the CPU it was
-/// sent from overlaps; `None` where it has no send delay or no recorded CPU.
-pub fn send_held(r: &RequestRecord, stalls: &[Stall]) -> Option<f64> {
-    let delay = r.send_delay()?;
-    let (sent, cpu) = (r.sent_s?, r.sent_cpu?);
-    let ready = sent - delay;
+/// A send delay ([`RequestRecord::send_delay`]) in its two parts: what a stall of the CPU the
+/// request was sent from overlaps (`held`), and the rest, the client's own (`own`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SendSplit {
+    pub held: f64,
+    pub own: f64,
+}
+
+/// `r`'s send delay split by `stalls`; `None` where it has no send delay or no recorded CPU.
+pub fn split_send(r: &RequestRecord, stalls: &[Stall]) -> Option<SendSplit> {
+    let (ready, sent, cpu) = (r.ready_s()?, r.sent_s?, r.sent_cpu?);
+    let delay = sent - ready;
     let held: f64 =
         stalls.iter().filter(|s| s.cpu == cpu).map(|s| (s.to_s.min(sent) - s.from_s.max(ready)).max(0.0)).sum();
     // Spans of one CPU never overlap (the audit holds them to it), so the sum is within the
     // delay; the bound keeps a forged file's overlap from making an own part below zero.
-    Some(held.min(delay))
+    let held = held.min(delay);
+    Some(SendSplit { held, own: delay - held })
 }
 
 /// What the artifact says of the probe, where one ran.

@@ -22,6 +22,13 @@ pub(super) fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, v
     row.insert(format!("{metric}_n"), serde_json::json!(s.n));
 }
 
+/// [`put`], and the metric's largest value as `<metric>_max`: for the lateness columns, whose
+/// tail a reader looks at first.
+fn put_with_max(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
+    put(row, metric, values);
+    row.insert(format!("{metric}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
+}
+
 /// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
 /// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
 /// count sources used, and why `prompt_tps` is null when it is.
@@ -277,16 +284,11 @@ pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
 /// held and own parts ([`stall_columns`]) where the stall probe watched it.
 pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, serde_json::Value>> {
     let mut rows = summarize_all(&a.arguments, &a.runtimes, &a.requests);
-    if !a.server_metrics.is_empty() {
-        for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
-            let series: Vec<_> =
-                a.server_metrics.iter().filter(|s| s.runtime == g.runtime && s.load == g.load).collect();
-            if !series.is_empty() {
-                row.extend(super::server::columns(&series));
-            }
-        }
-    }
     for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
+        let series: Vec<_> = a.server_metrics.iter().filter(|s| s.runtime == g.runtime && s.load == g.load).collect();
+        if !series.is_empty() {
+            row.extend(super::server::columns(&series));
+        }
         if let Some(probed) = a.machine_stalls.iter().find(|s| s.runtime == g.runtime && s.load == g.load) {
             row.extend(stall_columns(probed, &g.records));
         }
@@ -298,14 +300,9 @@ pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, se
 /// what is left, the client's own (`send_own_s`), and what the probe saw and cost.
 fn stall_columns(probed: &super::MachineStalls, group: &[&RequestRecord]) -> BTreeMap<String, serde_json::Value> {
     let mut row = BTreeMap::new();
-    let held: Vec<(f64, f64)> =
-        group.iter().filter_map(|r| Some((super::send_held(r, &probed.stalls)?, r.send_delay()?))).collect();
-    let own: Vec<f64> = held.iter().map(|(held, delay)| delay - held).collect();
-    let held: Vec<f64> = held.iter().map(|(held, _)| *held).collect();
-    for (key, values) in [("send_held_s", held), ("send_own_s", own)] {
-        put(&mut row, key, &values);
-        row.insert(format!("{key}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
-    }
+    let split: Vec<super::SendSplit> = group.iter().filter_map(|r| super::split_send(r, &probed.stalls)).collect();
+    put_with_max(&mut row, "send_held_s", &split.iter().map(|s| s.held).collect::<Vec<f64>>());
+    put_with_max(&mut row, "send_own_s", &split.iter().map(|s| s.own).collect::<Vec<f64>>());
     let stalled: f64 = probed.stalls.iter().map(|s| s.to_s - s.from_s).sum();
     row.insert("machine_stalls".into(), serde_json::json!(probed.stalls.len()));
     row.insert("machine_stalled_s".into(), serde_json::json!(stalled));
@@ -393,23 +390,18 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
     let last = group.iter().filter_map(|r| r.sent_s).fold(f64::NEG_INFINITY, f64::max);
     let achieved = (group.len() > 1 && last > first).then(|| (group.len() - 1) as f64 / (last - first));
     row.insert("achieved_request_rate".into(), serde_json::json!(achieved));
-    let lateness: Vec<f64> = group.iter().filter_map(|r| r.lateness()).collect();
-    put(row, "send_lateness_s", &lateness);
-    row.insert("send_lateness_s_max".into(), serde_json::json!(lateness.iter().copied().reduce(f64::max)));
-    let own: Vec<f64> = group.iter().filter_map(|r| r.client_lateness()).collect();
-    if !own.is_empty() {
-        put(row, "client_lateness_s", &own);
-        row.insert("client_lateness_s_max".into(), serde_json::json!(own.iter().copied().reduce(f64::max)));
-    }
-    // Where the pacer's wakes were recorded, the client's own lateness splits in two: the
-    // machine's hold on the pacer, and the client's delay once it was awake.
-    for (key, values) in [
-        ("pacer_lateness_s", group.iter().filter_map(|r| r.pacer_lateness()).collect::<Vec<f64>>()),
-        ("send_delay_s", group.iter().filter_map(|r| r.send_delay()).collect()),
+    put_with_max(row, "send_lateness_s", &group.iter().filter_map(|r| r.lateness()).collect::<Vec<f64>>());
+    // Where the admissions were recorded, the client's own part; where the pacer's wakes were
+    // too, that part splits in two: the machine's hold on the pacer, and the client's delay
+    // once it was awake.
+    for (key, read) in [
+        ("client_lateness_s", RequestRecord::client_lateness as fn(&RequestRecord) -> Option<f64>),
+        ("pacer_lateness_s", RequestRecord::pacer_lateness),
+        ("send_delay_s", RequestRecord::send_delay),
     ] {
+        let values: Vec<f64> = group.iter().filter_map(|r| read(r)).collect();
         if !values.is_empty() {
-            put(row, key, &values);
-            row.insert(format!("{key}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
+            put_with_max(row, key, &values);
         }
     }
 }
@@ -637,19 +629,21 @@ pub(in crate::serving) mod tests {
         // Ready at 1.000 (woken on time), sent at 1.010 from CPU 0: held 1.001-1.004 and
         // 1.009-1.010; CPU 1's stall is not its own.
         let r = sent_at(1.0, 1.010, 0);
-        let held = super::super::send_held(&r, &stalls).unwrap();
-        assert!((held - 0.004).abs() < 1e-9, "{held}");
+        let split = super::super::split_send(&r, &stalls).unwrap();
+        assert!((split.held - 0.004).abs() < 1e-9 && (split.own - 0.006).abs() < 1e-9, "{split:?}");
+        let held = |r: &RequestRecord, stalls: &[Stall]| super::super::split_send(r, stalls).unwrap().held;
         // The same send from CPU 1 was held throughout.
-        assert!((super::super::send_held(&sent_at(1.0, 1.010, 1), &stalls).unwrap() - 0.010).abs() < 1e-9);
+        assert!((held(&sent_at(1.0, 1.010, 1), &stalls) - 0.010).abs() < 1e-9);
         // Woken late at 1.005: only from then on is it the send's.
-        assert!((super::super::send_held(&sent_at(1.005, 1.010, 0), &stalls).unwrap() - 0.001).abs() < 1e-9);
+        assert!((held(&sent_at(1.005, 1.010, 0), &stalls) - 0.001).abs() < 1e-9);
         // Without a recorded CPU nothing is held, and nothing counts as the client's own either.
         let mut unknown = sent_at(1.0, 1.010, 0);
         unknown.sent_cpu = None;
-        assert_eq!(super::super::send_held(&unknown, &stalls), None);
+        assert_eq!(super::super::split_send(&unknown, &stalls), None);
         // Overlapping spans (a forged file) never make the held part exceed the delay.
         let forged = [Stall { cpu: 0, from_s: 0.9, to_s: 1.1 }, Stall { cpu: 0, from_s: 0.9, to_s: 1.1 }];
-        assert!((super::super::send_held(&r, &forged).unwrap() - 0.010).abs() < 1e-9);
+        let split = super::super::split_send(&r, &forged).unwrap();
+        assert!((split.held - 0.010).abs() < 1e-9 && split.own == 0.0, "{split:?}");
     }
 
     #[test]
