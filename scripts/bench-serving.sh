@@ -148,3 +148,10 @@ for scrape in "--scrape-metrics 0.5" ""; do
     --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
     --out "artifacts/bench/client-schedule${scrape:+-scraped}-$(date -u +%Y%m%dT%H%M%SZ).json"
 done
+# How fast the embedded server's /metrics answers while it serves: the runs above scrape it 13
+# times a group, too few for a p99 (it is their largest). The same load for 30 s, scraped every
+# 0.1 s (more often than above, so no lighter), gives some 300 answers.
+./target/release/serving-bench --target "embedded-serve=openai=$url" --scrape-metrics 0.1 --stall-probe \
+  --request-rate 500 --max-concurrency 256 --num-requests 15000 --warmup-requests 100 --max-tokens 8 \
+  --timeout 60 --endpoint completions --input-tokens fixed:16 --tokenizer "${LAB_MODELS_DIR:-.models}/generated/tiny" \
+  --out "artifacts/bench/metrics-answer-$(date -u +%Y%m%dT%H%M%SZ).json"
