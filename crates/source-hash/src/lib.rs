@@ -14,7 +14,15 @@
 //! hashed (they are not linked into the binary); everything else is (sources, build script,
 //! manifest, bundled assets), identified by its path relative to the workspace root, so moving
 //! the checkout does not change the hash.
+//!
+//! Of a Rust source or a `Cargo.toml`, what is hashed is what the compiler reads, not how it is
+//! laid out ([`content`]): a source's tokens without its comments (doc comments too, which reach
+//! only `--help` texts and schema descriptions, never a number a run records) and a manifest's
+//! values without its comments and spacing. So a review's comment or `cargo fmt` stales nothing,
+//! and a changed literal, name or operator stales what links it. Other files (templates, corpora,
+//! configs) are read byte for byte: the code reads them as data.
 
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -215,8 +223,9 @@ pub fn hash_crate(workspace: &Path, crate_dir: &str) -> io::Result<SourceHash> {
 /// Hashes the given roots (files or directories relative to `workspace`), with `lock` (if given)
 /// as the content of `Cargo.lock`.
 ///
-/// The digest is SHA-256 over one line per file, `"<relative path>\0<sha256 of content>\n"`, in
-/// sorted path order: independent of the walk order and of the checkout's location.
+/// The digest is SHA-256 over one line per file, `"<relative path>\0<sha256 of its content>\n"`
+/// ([`content`]), in sorted path order: independent of the walk order and of the checkout's
+/// location.
 fn hash_with(workspace: &Path, roots: &[String], lock: Option<&[u8]>) -> io::Result<SourceHash> {
     let mut files = Vec::new();
     for root in roots {
@@ -231,7 +240,7 @@ fn hash_with(workspace: &Path, roots: &[String], lock: Option<&[u8]>) -> io::Res
     for rel in &files {
         let inner = match lock {
             Some(lock) if rel == LOCK => Sha256::digest(lock),
-            _ => Sha256::digest(fs::read(workspace.join(rel))?),
+            _ => Sha256::digest(content(rel, fs::read(workspace.join(rel))?)),
         };
         outer.update(rel.as_bytes());
         outer.update([0u8]);
@@ -239,6 +248,118 @@ fn hash_with(workspace: &Path, roots: &[String], lock: Option<&[u8]>) -> io::Res
         outer.update(b"\n");
     }
     Ok(SourceHash { sha256: hex(&outer.finalize()), files })
+}
+
+/// What of a file the hash reads: a Rust source's tokens ([`tokens`]) and a `Cargo.toml`'s values
+/// ([`toml_values`]); any other file, or one that does not parse (which no build would accept),
+/// byte for byte.
+fn content(rel: &str, bytes: Vec<u8>) -> Vec<u8> {
+    let Ok(text) = std::str::from_utf8(&bytes) else { return bytes };
+    let canonical = if rel.ends_with(".rs") {
+        text.parse::<TokenStream>().ok().map(|stream| {
+            let mut out = String::new();
+            tokens(stream, &mut out);
+            out
+        })
+    } else if rel == "Cargo.toml" || rel.ends_with("/Cargo.toml") {
+        text.parse::<toml::Table>().ok().map(|table| {
+            let mut out = String::new();
+            toml_values(&toml::Value::Table(table), &mut out);
+            out
+        })
+    } else {
+        None
+    };
+    canonical.map(String::into_bytes).unwrap_or(bytes)
+}
+
+/// A token stream written one token at a time, each followed by a space unless it is a
+/// punctuation mark joined to the next (`->` stays distinct from `- >`); literals as written
+/// (`0x10` is not `16` to a reader of the code, and a string's escapes stay). Comments are not
+/// tokens; doc comments are (`#[doc = "…"]`, inner or outer) and are left out here, as is any
+/// other `doc` attribute.
+fn tokens(stream: TokenStream, out: &mut String) {
+    let trees: Vec<TokenTree> = stream.into_iter().collect();
+    let is_doc = |tree: Option<&TokenTree>| match tree {
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket => {
+            matches!(g.stream().into_iter().next(), Some(TokenTree::Ident(i)) if i == "doc")
+        }
+        _ => false,
+    };
+    let mut i = 0;
+    while i < trees.len() {
+        if let TokenTree::Punct(p) = &trees[i] {
+            if p.as_char() == '#' {
+                let inner = matches!(trees.get(i + 1), Some(TokenTree::Punct(b)) if b.as_char() == '!');
+                let attribute = if inner { i + 2 } else { i + 1 };
+                if is_doc(trees.get(attribute)) {
+                    i = attribute + 1;
+                    continue;
+                }
+            }
+        }
+        match &trees[i] {
+            TokenTree::Group(g) => {
+                let (open, close) = match g.delimiter() {
+                    Delimiter::Parenthesis => ("(", ")"),
+                    Delimiter::Brace => ("{", "}"),
+                    Delimiter::Bracket => ("[", "]"),
+                    Delimiter::None => ("", ""),
+                };
+                out.push_str(open);
+                out.push(' ');
+                tokens(g.stream(), out);
+                out.push_str(close);
+                out.push(' ');
+            }
+            TokenTree::Punct(p) => {
+                out.push(p.as_char());
+                if p.spacing() == Spacing::Alone {
+                    out.push(' ');
+                }
+            }
+            TokenTree::Ident(ident) => {
+                out.push_str(&ident.to_string());
+                out.push(' ');
+            }
+            TokenTree::Literal(literal) => {
+                out.push_str(&literal.to_string());
+                out.push(' ');
+            }
+        }
+        i += 1;
+    }
+}
+
+/// A TOML value written canonically: tables by sorted key, strings quoted as JSON would, one
+/// value per line; comments, spacing and the order of keys are not values.
+fn toml_values(value: &toml::Value, out: &mut String) {
+    match value {
+        toml::Value::Table(table) => {
+            let mut keys: Vec<&String> = table.keys().collect();
+            keys.sort();
+            out.push('{');
+            for key in keys {
+                out.push_str(&format!("{key:?}="));
+                toml_values(&table[key.as_str()], out);
+                out.push('\n');
+            }
+            out.push('}');
+        }
+        toml::Value::Array(items) => {
+            out.push('[');
+            for item in items {
+                toml_values(item, out);
+                out.push(',');
+            }
+            out.push(']');
+        }
+        toml::Value::String(s) => out.push_str(&format!("{s:?}")),
+        toml::Value::Integer(n) => out.push_str(&n.to_string()),
+        toml::Value::Float(x) => out.push_str(&format!("{x:?}")),
+        toml::Value::Boolean(b) => out.push_str(&b.to_string()),
+        toml::Value::Datetime(d) => out.push_str(&d.to_string()),
+    }
 }
 
 fn collect(workspace: &Path, path: &Path, out: &mut Vec<String>) -> io::Result<()> {
@@ -342,7 +463,7 @@ mod tests {
         assert_eq!(ha, hb);
         assert_eq!(ha.files, vec!["Cargo.lock", "exp/src/main.rs"]);
 
-        fs::write(b.join("exp/src/main.rs"), "fn main() { }").unwrap();
+        fs::write(b.join("exp/src/main.rs"), "fn main() { () }").unwrap();
         assert_ne!(hash_with(&b, &roots, None).unwrap().sha256, ha.sha256);
         fs::write(b.join("exp/src/main.rs"), "fn main() {}").unwrap();
         fs::rename(b.join("exp/src/main.rs"), b.join("exp/src/lib.rs")).unwrap();
@@ -356,6 +477,49 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn comments_and_layout_leave_a_source_alone_and_code_moves_it() {
+        let base = "//! A module.\n\n/// Adds.\npub fn add(a: u8) -> u8 {\n    a + 1 // one\n}\n";
+        let hashed = |text: &str| content("src/lib.rs", text.as_bytes().to_vec());
+        let same = [
+            "//! Another module.\n/// Adds one.\npub fn add(a: u8) -> u8 { a + 1 }\n",
+            "pub fn add(a: u8)\n    -> u8\n{\n    /* block */ a + 1\n}\n",
+            "#![doc = \"written out\"]\n#[doc = \"and here\"]\npub fn add(a: u8) -> u8 {\n\ta+1\n}\n",
+            "/** Block doc. */\npub fn add(a: u8) -> u8 { a + 1 } // trailing\n",
+        ];
+        for edit in same {
+            assert_eq!(hashed(edit), hashed(base), "{edit:?} changed the hashed content");
+        }
+        let moved = [
+            "pub fn add(a: u8) -> u8 { a + 2 }\n",
+            "pub fn add(a: u8) -> u8 { a + 0x1 }\n",
+            "pub fn add(b: u8) -> u8 { b + 1 }\n",
+            "pub fn add(a: u8) -> u8 { a - 1 }\n",
+            "fn add(a: u8) -> u8 { a + 1 }\n",
+            "#[inline]\npub fn add(a: u8) -> u8 { a + 1 }\n",
+            "pub fn add(a: u8) -> u8 { a + 1 }\nconst S: &str = \"// not a comment\";\n",
+        ];
+        for edit in moved {
+            assert_ne!(hashed(edit), hashed(base), "{edit:?} left the hashed content");
+        }
+        // Joined punctuation stays joined: `->` is not `- >`.
+        assert_ne!(hashed("fn f() -> u8 { 0 }"), hashed("fn f() - > u8 { 0 }"));
+        // A string's text is code: a comment marker inside one is not a comment.
+        assert_ne!(hashed("const S: &str = \"a // b\";"), hashed("const S: &str = \"a // c\";"));
+    }
+
+    #[test]
+    fn a_manifest_hashes_its_values_and_other_files_their_bytes() {
+        let toml = |text: &str| content("crates/x/Cargo.toml", text.as_bytes().to_vec());
+        let base = "[package]\nname = \"x\" # the name\nversion = \"0.1.0\"\n";
+        assert_eq!(toml("# a comment\n[package]\nversion=\"0.1.0\"\n\nname = \"x\"\n"), toml(base));
+        assert_ne!(toml("[package]\nname = \"x\"\nversion = \"0.1.1\"\n"), toml(base));
+        let json = "{\"a\": 1} // kept\n";
+        assert_eq!(content("assets/x.json", json.as_bytes().to_vec()), json.as_bytes());
+        // A source that is not Rust (no build would take it) is read as bytes.
+        assert_eq!(content("src/bad.rs", b"fn (".to_vec()), b"fn (");
     }
 
     #[test]
