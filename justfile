@@ -52,7 +52,7 @@ bench:
     ./target/release/engine-bench --manifest manifests/engine-bench/qwen2.5-0.5b.json --out artifacts/bench/engine-$(date -u +%Y%m%dT%H%M%SZ).json
     cargo bench -p common --bench verify
     cargo bench -p serving-bench --bench client
-    cargo bench -p engine --bench kernels -p supply --bench digest -p serving-bench --bench parsers
+    cargo bench -p engine --bench kernels -p supply --bench digest -p loadgen --bench parsers
 
 # The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.
 # llama-server is built from source into .llama-server once (about 10 minutes); without a
@@ -62,7 +62,7 @@ bench-serving:
 
 # Property tests, 100,000 cases each: the server's request validation (crate serve), the client's stream
 # parsers, every experiment's command lines and manifests; then every kind of sealed forgery of
-# every field of every committed artifact (the README lists the ones that pass).
+# every field of every committed artifact (docs/audit.md lists the ones that pass).
 fuzz:
     PROPTEST_CASES=100000 cargo test --release -p serve --test fuzz -p serving-bench --test fuzz
     PROPTEST_CASES=100000 cargo test --release -p tools --test inputs_fuzz

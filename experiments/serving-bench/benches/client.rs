@@ -8,8 +8,8 @@
 //!   granularity) and then under the 256 streams. A chunk's timestamp is late by at most the
 //!   loop's lag, so the loaded distribution, less the idle one, bounds the timestamp error.
 
-use serving_bench::client::{http_client, measure, Spec, Timeouts};
-use serving_bench::serving::{Kind, Runtime};
+use loadgen::client::{http_client, measure, Spec, Timeouts};
+use loadgen::record::{Kind, Runtime};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! summary recomputed from the per-request records), and the predecessor's seed read for what its
 //! summary allows.
 
-use crate::load::{self, Load};
+use loadgen::load::{self, Load};
 use crate::serving::{Arrivals, ErrorClass, Kind, RequestRecord};
 use common::finding::Findings;
 use serde_json::Value;
@@ -304,12 +304,12 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         f.wrong("invariants", "run_id", "run_id and created_at are provenance's run_id and started_at");
     }
     let notes = crate::serving::measurement_notes(&a.requests);
-    let (pacer, workers) = (crate::load::pacer_notes(), crate::load::workers_notes());
+    let (pacer, workers) = (loadgen::load::pacer_notes(), loadgen::load::workers_notes());
     // The pacer's note tells of the workers' priority too: what `client_workers` tells, where
     // the run has that note (those made before it was added have the pacer's alone).
     let client_workers = a.measurement_notes.get("client_workers");
-    let agrees = |raised: Option<crate::load::Workers>| {
-        client_workers.is_none_or(|w| crate::load::workers_note(raised).as_ref() == Some(w))
+    let agrees = |raised: Option<loadgen::os::Workers>| {
+        client_workers.is_none_or(|w| loadgen::load::workers_note(raised).as_ref() == Some(w))
     };
     let known = |(k, v): (&String, &String)| {
         notes.get(k) == Some(v)
@@ -351,7 +351,7 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
     }
     // Every item of a file or a draw was sent: its lengths follow from the prompts held.
     if let Some(w) = a.workload.as_ref().filter(|w| w.source != "builtin" && w.items == a.prompts.len()) {
-        let s = crate::workload::prompt_chars(a.prompts.values().map(String::as_str));
+        let s = loadgen::workload::prompt_chars(a.prompts.values().map(String::as_str));
         if (w.prompt_chars_min, w.prompt_chars_p50, w.prompt_chars_mean, w.prompt_chars_max)
             != (s.min, s.p50, s.mean, s.max)
         {
@@ -370,7 +370,7 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         if a.prompts.iter().any(|(k, v)| seed.get(k) != Some(v)) {
             f.wrong("invariants", "prompts", "are not the seed's prompts, which the built-in workload sends");
         }
-        if a.workload.as_ref().is_some_and(|w| *w != crate::workload::Workload::builtin().record) {
+        if a.workload.as_ref().is_some_and(|w| *w != loadgen::workload::Workload::builtin().record) {
             f.wrong("invariants", "workload", "is not the built-in workload's record");
         }
     }
@@ -432,7 +432,7 @@ fn sequential(a: &crate::serving::ServingArtifact, f: &mut Findings) {
 /// one per target per group window (a closed round, or an open loop's group) exactly when the run
 /// asked for them, and spanning its window: the first scrape sent before the window's first
 /// request was scheduled, the last after its last one ended, soon enough after it
-/// ([`crate::scrape::last_scrape_within_s`]) and answered before the next window's first request
+/// ([`loadgen::scrape::last_scrape_within_s`]) and answered before the next window's first request
 /// (groups run one after another). (A series whose one scrape failed, a target without
 /// `/metrics`, spans nothing.)
 fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
@@ -481,7 +481,7 @@ fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         // Every scrape done before the next window began, and the last soon after its own ended
         // (a microsecond allowed for the seconds' rounding).
         let next = windows.values().map(|w| w.0).filter(|&start| start > last).reduce(f64::min);
-        let within = a.arguments.scrape_metrics_s.map(|i| last + crate::scrape::last_scrape_within_s(i));
+        let within = a.arguments.scrape_metrics_s.map(|i| last + loadgen::scrape::last_scrape_within_s(i));
         let done = |s: &crate::serving::Scrape| s.t_s + s.answer_s.unwrap_or(0.0);
         if let Some(s) = s
             .scrapes
@@ -489,7 +489,7 @@ fn server_series(a: &crate::serving::ServingArtifact, f: &mut Findings) {
             .find(|s| next.is_some_and(|n| !(done(s) <= n + 1e-6)) || within.is_some_and(|w| !(s.t_s <= w)))
         {
             let next = next.map_or("none".to_string(), |n| format!("{n} s"));
-            let within = a.arguments.scrape_metrics_s.map_or(0.0, crate::scrape::last_scrape_within_s);
+            let within = a.arguments.scrape_metrics_s.map_or(0.0, loadgen::scrape::last_scrape_within_s);
             f.wrong(
                 "invariants",
                 &at,
@@ -549,7 +549,7 @@ fn machine_stalls(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         }
         // The probe's period and threshold are the code's; a record that says otherwise was not
         // made by the code the source hash names.
-        let (period, min_stall) = (crate::probe::PERIOD.as_secs_f64(), crate::probe::MIN_STALL.as_secs_f64());
+        let (period, min_stall) = (loadgen::probe::PERIOD.as_secs_f64(), loadgen::probe::MIN_STALL.as_secs_f64());
         if m.period_s != period || m.min_stall_s != min_stall {
             f.wrong(
                 "invariants",
@@ -619,7 +619,7 @@ fn redrawn(a: &crate::serving::ServingArtifact, f: &mut Findings) {
             format!("not redrawn: {recorded}/tokenizer.json is not here with the recorded digest (`models generate` makes it)"),
         );
     }
-    match crate::workload::redraw(w, a.arguments.seed, &dir) {
+    match loadgen::workload::redraw(w, a.arguments.seed, &dir) {
         Some(Err(e)) => f.wrong("invariants", "workload.lengths", e),
         Some(Ok(drawn)) if drawn.record != *w => f.wrong(
             "invariants",
@@ -825,7 +825,7 @@ fn open_loop(arrivals: &Arrivals, seed: u64, requests: &[RequestRecord], f: &mut
             }
         }
         if let Some(rate) = rate {
-            let offsets = crate::load::schedule(seed, rate, arrivals.burstiness, planned, arrivals.duration_s);
+            let offsets = loadgen::load::schedule(seed, rate, arrivals.burstiness, planned, arrivals.duration_s);
             let origin = group[0].1.scheduled_s;
             let drawn = offsets.len() == group.len();
             match group.iter().zip(&offsets).find(|((_, r), o)| ((r.scheduled_s - origin) - **o).abs() > 1e-6) {

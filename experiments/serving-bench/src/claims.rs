@@ -14,7 +14,7 @@ const METRICS: [&str; 4] = ["aggregate_output_tps", "ttft_s_p50", "tpot_s_p50", 
 pub(crate) fn vocabulary(p: &Parameters) -> Vocabulary {
     let runs = match &p.arrivals {
         // A sweep's later rates are measured, not known: claims name its first two groups.
-        Some(a) => crate::load::Load::planned(a).iter().map(|l| l.label()).collect(),
+        Some(a) => loadgen::load::Load::planned(a).iter().map(|l| l.label()).collect(),
         None => p.concurrency.iter().map(|c| load_label(*c, None)).collect(),
     };
     Vocabulary { run_metrics: METRICS.iter().map(|m| m.to_string()).collect(), runs, ..Vocabulary::default() }

@@ -317,12 +317,12 @@ pub struct BenchArgs {
     pub sharegpt: Option<std::path::PathBuf>,
     /// Synthetic prompts of this many input tokens, a distribution: fixed:N, uniform:LO:HI or
     /// normal:MEAN:SD:LO:HI, counted with the model's tokenizer (see --tokenizer).
-    #[arg(long, value_name = "DIST", value_parser = crate::workload::Lengths::parse, conflicts_with_all = ["prompts", "sharegpt"])]
-    pub input_tokens: Option<crate::workload::Lengths>,
+    #[arg(long, value_name = "DIST", value_parser = loadgen::workload::Lengths::parse, conflicts_with_all = ["prompts", "sharegpt"])]
+    pub input_tokens: Option<loadgen::workload::Lengths>,
     /// The synthetic prompts' caps on generated tokens, a distribution as for --input-tokens
     /// (add --ignore-eos so answers reach them) [default: --max-tokens for all].
-    #[arg(long, value_name = "DIST", value_parser = crate::workload::Lengths::parse, requires = "input_tokens")]
-    pub output_tokens: Option<crate::workload::Lengths>,
+    #[arg(long, value_name = "DIST", value_parser = loadgen::workload::Lengths::parse, requires = "input_tokens")]
+    pub output_tokens: Option<loadgen::workload::Lengths>,
     /// How many synthetic prompts to draw (sent in turn).
     #[arg(long, default_value_t = 100, requires = "input_tokens")]
     pub synthetic_count: usize,
@@ -331,8 +331,8 @@ pub struct BenchArgs {
     /// shares and a question of QUESTION tokens of its own (counted with the model's tokenizer,
     /// drawn from --seed); sent one question of every group in turn, as SGLang's
     /// generated-shared-prefix dataset shapes them.
-    #[arg(long, value_name = "G:P:S:Q", value_parser = crate::workload::SharedPrefix::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens"])]
-    pub shared_prefix: Option<crate::workload::SharedPrefix>,
+    #[arg(long, value_name = "G:P:S:Q", value_parser = loadgen::workload::SharedPrefix::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens"])]
+    pub shared_prefix: Option<loadgen::workload::SharedPrefix>,
     /// Multi-turn conversations from a file: JSON Lines of {"turns": [TEXT, ...]} with an optional
     /// "system" and "max_tokens", or a ShareGPT export (each conversation's human turns). Each
     /// turn is sent with the history before it and the server's actual replies; in each closed
@@ -342,8 +342,8 @@ pub struct BenchArgs {
     /// Generated multi-turn conversations, CONVERSATIONS:TURNS:SYSTEM:QUESTION: each with a system
     /// prompt of SYSTEM tokens of its own and TURNS user turns of QUESTION tokens (counted with
     /// the model's tokenizer, drawn from --seed), sent as --conversations sends a file's.
-    #[arg(long, value_name = "C:T:S:Q", value_parser = crate::workload::MultiTurn::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens", "shared_prefix", "conversations"])]
-    pub multi_turn: Option<crate::workload::MultiTurn>,
+    #[arg(long, value_name = "C:T:S:Q", value_parser = loadgen::workload::MultiTurn::parse, conflicts_with_all = ["prompts", "sharegpt", "input_tokens", "shared_prefix", "conversations"])]
+    pub multi_turn: Option<loadgen::workload::MultiTurn>,
     /// A folder with the target model's tokenizer.json, to count synthetic prompts' tokens and
     /// ShareGPT replies' [default: the manifest's checkpoint].
     #[arg(long, value_name = "DIR")]
@@ -437,11 +437,11 @@ impl BenchArgs {
     /// embedded server through both of its APIs. `URL@group` makes the URL one replica of the
     /// target `group`. The error is one line naming the flag.
     pub fn targets(&self) -> Result<Vec<TargetSpec>, String> {
-        use crate::client;
+        use loadgen::client;
         use crate::serving::Kind;
         let mut specs = Vec::new();
         for spec in &self.target {
-            let shown = crate::client::redacted(spec);
+            let shown = loadgen::client::redacted(spec);
             let (kind, url) = spec.split_once('=').ok_or_else(|| {
                 format!("--target {shown}: write KIND=URL, e.g. openai=http://127.0.0.1:8000 or openai=embedded")
             })?;
@@ -658,7 +658,7 @@ impl BenchArgs {
             "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
             "num_requests": self.num_requests, "duration": self.duration, "warmup_requests": self.warmup_requests,
             "percentiles": self.percentiles, "slo": self.slo, "endpoint": self.endpoint, "ignore_eos": self.ignore_eos,
-            "header": self.header.iter().map(|h| crate::client::recorded_header(h, &self.record_header)).collect::<Vec<_>>(),
+            "header": self.header.iter().map(|h| loadgen::client::recorded_header(h, &self.record_header)).collect::<Vec<_>>(),
             "api_key_env": self.api_key_env, "insecure": self.insecure, "continuous_usage": self.continuous_usage,
             "prompts": self.prompts, "sharegpt": self.sharegpt,
             "input_tokens": self.input_tokens.map(|l| l.describe()), "output_tokens": self.output_tokens.map(|l| l.describe()),
@@ -715,15 +715,15 @@ impl BenchArgs {
     }
 
     /// The command line as the artifact records it: every `--header` value redacted unless its
-    /// name was given to `--record-header` ([`crate::client::recorded_header`]).
+    /// name was given to `--record-header` ([`loadgen::client::recorded_header`]).
     pub fn recorded_argv(&self, argv: impl IntoIterator<Item = String>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let mut header_value_next = false;
         for arg in argv {
             let recorded = if header_value_next {
-                crate::client::recorded_header(&arg, &self.record_header)
+                loadgen::client::recorded_header(&arg, &self.record_header)
             } else if let Some(spec) = arg.strip_prefix("--header=") {
-                format!("--header={}", crate::client::recorded_header(spec, &self.record_header))
+                format!("--header={}", loadgen::client::recorded_header(spec, &self.record_header))
             } else {
                 arg.clone()
             };
@@ -769,12 +769,12 @@ pub fn seed_parameters() -> Parameters {
 /// What a run must know to be possible, past the parameters' own ranges, before anything loads,
 /// runs or is sent: its timeouts, and every finite-rate group's schedule drawn and checked. (A
 /// sweep's later rates come from its first groups, and are checked when they are known.)
-pub fn check_run(params: &Parameters) -> Result<crate::client::Timeouts, Invalid> {
+pub fn check_run(params: &Parameters) -> Result<loadgen::client::Timeouts, Invalid> {
     params.validate()?;
-    let timeouts = crate::client::Timeouts::of(params)?;
+    let timeouts = params.timeouts()?;
     if let Some(arrivals) = &params.arrivals {
         for rate in arrivals.rates.iter().flatten() {
-            crate::load::offsets(params.seed, *rate, arrivals)?;
+            loadgen::load::offsets(params.seed, *rate, arrivals)?;
         }
     }
     Ok(timeouts)

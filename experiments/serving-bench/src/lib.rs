@@ -1,8 +1,9 @@
 //! The serving benchmark (seed 001): a strict streaming client against OpenAI- and
 //! Ollama-compatible servers, and the embedded server (the `serve` crate) it measures by default.
 //!
-//! The binary (`main.rs`) runs it; this library holds its parts (the wire-format parsers, the
-//! client that measures, the load and workloads it sends) and what the workspace tools know of it, through
+//! The binary (`main.rs`) runs it; the load generator it measures with is the `loadgen` crate.
+//! This library holds the run ([`measure`]: targets up, groups sent, records kept) and what the
+//! workspace tools know of it, through
 //! [`ServingBench`]'s [`Experiment`] implementation: its manifest and artifact types
 //! ([`serving`]), its command line ([`cli`]), its invariants, its reading of the predecessor's
 //! seed and its report section.
@@ -10,17 +11,12 @@
 mod checks;
 mod claims;
 pub mod cli;
-pub mod client;
 pub mod export;
-pub mod load;
-pub mod probe;
-pub mod progress;
+pub mod measure;
 mod report;
-pub mod scrape;
+pub mod server;
 pub mod serving;
-pub mod stream;
 pub mod table;
-pub mod workload;
 
 use common::chart::{CompareRow, Section};
 use common::claim::Vocabulary;

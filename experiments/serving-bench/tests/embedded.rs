@@ -202,7 +202,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     ends.sort_by(f64::total_cmp);
     assert!(due.iter().zip(&ends).all(|(d, e)| d >= e), "{due:?} {ends:?}");
     // The schedule at 40/s is the one its seed draws, to the microsecond.
-    let offsets = serving_bench::load::schedule(a.arguments.seed, 40.0, 0.5, 12, None);
+    let offsets = loadgen::load::schedule(a.arguments.seed, 40.0, 0.5, 12, None);
     for (r, o) in a.requests[..12].iter().zip(&offsets) {
         assert!((r.scheduled_s - a.requests[0].scheduled_s - o).abs() < 1e-6, "{} vs {o}", r.scheduled_s);
     }

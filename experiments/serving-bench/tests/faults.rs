@@ -5,7 +5,7 @@
 
 mod support;
 
-use serving_bench::client::{http_client, measure, request_headers, RequestOptions, Spec, Timeouts};
+use loadgen::client::{http_client, measure, request_headers, RequestOptions, Spec, Timeouts};
 use serving_bench::serving::{Endpoint, ErrorClass, Kind, RequestRecord, Runtime};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -108,13 +108,13 @@ async fn run(kind: Kind, base: String, t: Timeouts) -> RequestRecord {
 type Target = (Runtime, RequestOptions);
 
 /// One request for "hi" (at most 3 tokens) to `target` through `http`.
-async fn run_with(http: &serving_bench::client::Http, target: Target, t: Timeouts) -> RequestRecord {
+async fn run_with(http: &loadgen::client::Http, target: Target, t: Timeouts) -> RequestRecord {
     run_capped(http, target, t, 3).await
 }
 
 /// One request for "hi" with a cap of `max_tokens` to `target` through `http`.
 async fn run_capped(
-    http: &serving_bench::client::Http,
+    http: &loadgen::client::Http,
     (target, options): Target,
     t: Timeouts,
     max_tokens: usize,
@@ -502,7 +502,7 @@ async fn a_connection_closed_before_any_answer_is_resent_once() {
 /// says so and times the answered sending; closed twice, the scrape is an error without values.
 #[tokio::test]
 async fn a_scrape_closed_before_any_answer_is_resent_once() {
-    use serving_bench::scrape::Scraper;
+    use loadgen::scrape::Scraper;
     let exposition = "# TYPE serve_num_requests_running gauge\nserve_num_requests_running 2\n";
     let answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{exposition}",

@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use serde_json::json;
-use serving_bench::stream::{Event, NdjsonParser, SseParser};
+use loadgen::stream::{Event, NdjsonParser, SseParser};
 
 /// A stream event as a server writes it, and what the parser must make of it.
 fn sse_event() -> impl Strategy<Value = (String, Event)> {

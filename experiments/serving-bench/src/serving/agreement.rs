@@ -10,7 +10,7 @@
 //! [`NEAR_TIE_NATS`] in its own log-probabilities (a log-probability difference is the logit
 //! difference, the softmax's normaliser cancelling).
 
-use super::record::{RequestRecord, Runtime, TokenSource};
+use super::{Candidate, RequestRecord, Runtime, TokenChoice, PROBE_CANDIDATES};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,9 +19,6 @@ use std::collections::BTreeMap;
 /// log-probabilities (nats), for a disagreement to be a near tie: a probability ratio under
 /// e^0.5 = 1.65 between the two leading tokens.
 pub const NEAR_TIE_NATS: f64 = 0.5;
-
-/// How many candidates per token the probe asks for (OpenAI's `top_logprobs`).
-pub const PROBE_CANDIDATES: usize = 5;
 
 /// What `check_agreement` found for one pair of targets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -58,21 +55,6 @@ pub struct Difference {
     pub first_char: usize,
 }
 
-/// A token and its log-probability, as a server reported it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Candidate {
-    pub token: String,
-    pub logprob: f64,
-}
-
-/// One generated token with the candidates the server listed for its place, best first.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenChoice {
-    pub chosen: Candidate,
-    pub top: Vec<Candidate>,
-}
-
 /// Why one prompt's answers differed, from both targets asked again, alone, greedily, for
 /// [`PROBE_CANDIDATES`] log-probabilities per token.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -101,36 +83,6 @@ pub struct Explanation {
     /// alone, or why no log-probabilities came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-}
-
-/// Where a successful answer contradicts its own request: `finish_reason` `length` (Ollama's
-/// `done_reason`) with fewer output tokens than `max_tokens` as the server counted them (a chunk
-/// count is only a lower bound, so it is not judged), or the text holding one of the stop strings
-/// it was sent (`text` absent: not judged). `None` when it is consistent.
-pub fn output_inconsistency(r: &RequestRecord, text: Option<&str>, stops: &[String]) -> Option<String> {
-    if !r.ok() {
-        return None;
-    }
-    let (tokens, source) = r.output_tokens();
-    if let (Some("length"), Some(cap), false) =
-        (r.finish_reason.as_deref(), r.max_tokens, source == TokenSource::Chunks)
-    {
-        if tokens < cap {
-            return Some(format!(
-                "finish_reason length after {tokens} tokens, fewer than the max_tokens {cap} it was sent (unless a context limit ended it, the count or the reason is wrong)"
-            ));
-        }
-    }
-    let text = text?;
-    stops.iter().filter(|s| !s.is_empty()).find_map(|stop| {
-        text.find(stop.as_str()).map(|at| {
-            format!(
-                "the text holds the stop string {stop:?} at character {} (finish_reason {}): a server honouring it ends before it",
-                text[..at].chars().count(),
-                r.finish_reason.as_deref().unwrap_or("none")
-            )
-        })
-    })
 }
 
 /// The definition of the output checks, recorded as the measurement note `output_checks` in
@@ -418,6 +370,7 @@ mod tests {
 #[cfg(test)]
 mod record_tests {
     use super::super::summary::tests::rec;
+    use super::super::output_inconsistency;
     use super::*;
 
     #[test]

@@ -2,7 +2,7 @@
 //! and defaults it records.
 
 use super::params::Parameters;
-use super::record::{RequestRecord, Runtime, WorkloadRecord};
+use super::{RequestRecord, Runtime, WorkloadRecord};
 use common::provenance::Provenance;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,18 +71,6 @@ pub struct EmbeddedKv {
     /// What its prefix cache did (warm-ups included); absent when reuse was off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<common::prefix::PrefixStats>,
-}
-
-/// The seed's prompts: the defaults.
-pub fn default_prompts() -> BTreeMap<String, String> {
-    [
-        ("short", "In exactly four concise bullet points, explain why database transactions are useful. Do not use a heading."),
-        ("medium", "You are reviewing a Laravel service that transfers money between two accounts. Explain the failure modes involving concurrency, partial writes, retries, and audit logs. Then provide a robust implementation plan. Keep the response technical and concise."),
-        ("code", "Write a Python 3.12 function named merge_intervals that accepts a list of integer pairs, validates each pair, merges overlapping or adjacent intervals, and returns sorted tuples. Include type hints, a short docstring, and five assert-based examples. Output only code."),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
 }
 
 /// The definitions a run of `requests` records: every artifact's, and the output checks' where

@@ -10,44 +10,39 @@
 //! `aggregate_output_tps` is a round's successful output tokens over that round's wall time.
 //! Percentiles interpolate linearly between order statistics.
 //!
-//! One module per job: `record` (what is recorded of a request, a target, a workload), `params`
-//! (the parameters and their checks), `agreement` (checked outputs: what an answer says of itself,
-//! and whether targets gave the same ones), `summary` (the arithmetic the audit repeats), `server`
-//! (what the targets' `/metrics` said, and its columns), `stall` (the machine's holds the stall
-//! probe saw, and the send delay they account for), `artifact` (the file a run writes).
+//! One module per job: `params` (the parameters and their checks), `agreement` (whether targets
+//! gave the same answers, and why not), `summary` (the arithmetic the audit repeats), `artifact`
+//! (the file a run writes). What is recorded of a request, a target, a scrape and a stall is the
+//! load generator's (`loadgen::record`, `metrics`, `stall`), re-exported here as the artifact's
+//! parts.
 
 mod agreement;
 mod artifact;
 mod params;
-mod record;
-mod server;
-mod stall;
 mod summary;
 
 pub use agreement::{
-    compare, differing_prompts, explain, output_inconsistency, parted, verdict, Agreement, Candidate, Difference,
-    Explanation, Parted, TokenChoice, NEAR_TIE_NATS, PROBE_CANDIDATES,
+    compare, differing_prompts, explain, parted, verdict, Agreement, Difference, Explanation, Parted, NEAR_TIE_NATS,
 };
-pub use artifact::{default_prompts, measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
-pub use params::{
-    Arrivals, Endpoint, Metric, Parameters, Sampling, CLIENT_FIELDS, MAX_COUNT, MAX_RATE, MAX_STOPS, MAX_SWEEP,
-    SLO_METRICS,
-};
+pub use artifact::{measurement_notes, ClientHost, EmbeddedKv, ServingArtifact};
+pub use loadgen::load::{Arrivals, MAX_RATE, MAX_SWEEP};
+pub use loadgen::MAX_COUNT;
+pub use loadgen::record::{CLIENT_FIELDS, MAX_STOPS};
+pub use params::{Metric, Parameters, SLO_METRICS};
 pub(crate) use params::{MAX_TIMEOUT_S, SCRAPE_INTERVAL_S};
-pub use record::{Arrival, ErrorClass, Kind, RequestRecord, Runtime, TokenSource, UnknownKind, WorkloadRecord};
-#[cfg(test)]
-pub(crate) use server::columns as server_columns;
-pub use server::{dialect_of, Gauge, Scrape, ServerSeries, DIALECTS};
-pub(crate) use server::{kept as server_kept, series_problem};
-pub use stall::NOTE as STALL_NOTE;
-pub use stall::{split_send, MachineStalls, SendSplit, Stall};
+pub use loadgen::group::{completed_rate, groups, load_label, Group};
+pub use loadgen::record::{
+    output_inconsistency, usage_contradiction, Arrival, Candidate, Endpoint, ErrorClass, Kind, RequestRecord, Runtime,
+    Sampling, TokenChoice, TokenSource, UnknownKind, WorkloadRecord, PROBE_CANDIDATES,
+};
+pub use loadgen::workload::default_prompts;
+pub use loadgen::metrics::{dialect_of, Gauge, Scrape, ServerSeries, DIALECTS};
+pub(crate) use loadgen::metrics::{columns as server_columns, series_problem};
+pub use loadgen::stall::NOTE as STALL_NOTE;
+pub use loadgen::stall::{split_send, MachineStalls, SendSplit, Stall};
 pub use summary::{
-    aggregate_tps, backlog_notes, bytes_per_request, completed_rate, failed_groups, groups, load_label, summarize_all,
-    summarize_artifact, unsent_turns_notes, usage_contradiction, Group,
+    aggregate_tps, backlog_notes, bytes_per_request, failed_groups, summarize_all, summarize_artifact,
+    unsent_turns_notes,
 };
 
-/// `text` (a server's error page, a parser's complaint) on one line of at most `max_chars`: a
-/// record's error and the notes that quote it stay one line each.
-pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(max_chars).collect()
-}
+pub(crate) use loadgen::one_line;

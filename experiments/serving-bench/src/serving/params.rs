@@ -1,7 +1,10 @@
 //! The benchmark's parameters (a manifest's `parameters`, an artifact's `arguments`) and their
 //! checks.
 
-use super::record::RequestRecord;
+use super::{RequestRecord, MAX_COUNT};
+use loadgen::client::Timeouts;
+use loadgen::load::Arrivals;
+use loadgen::record::{Endpoint, Sampling};
 use common::manifest::Invalid;
 use common::policy::Policy;
 use schemars::JsonSchema;
@@ -85,90 +88,6 @@ pub struct Parameters {
     pub stall_probe: bool,
 }
 
-/// The sampling settings sent with every request, by their OpenAI (and vLLM) names; Ollama gets
-/// them in `options` under its own. Unset ones are not sent (the server's default applies),
-/// except the temperature, sent as 0 unless set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Sampling {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// vLLM's: -1 (or 0) keeps every id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_k: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_p: Option<f64>,
-    /// Texts that end an answer (OpenAI's `stop`, Ollama's `options.stop`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stop: Vec<String>,
-    /// Fields merged into every request body as they are, for whatever else a server takes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// Body fields the client sets itself, which `extra_body` may not replace, with the flag to use.
-pub const CLIENT_FIELDS: [(&str, &str); 14] = [
-    ("model", "--model-name"),
-    ("messages", "--prompts"),
-    ("prompt", "--prompts"),
-    ("stream", "(the client always streams)"),
-    ("stream_options", "--continuous-usage"),
-    ("max_tokens", "--max-tokens"),
-    ("max_completion_tokens", "--max-tokens"),
-    ("options", "the sampling flags"),
-    ("seed", "--seed"),
-    ("temperature", "--temperature"),
-    ("top_p", "--top-p"),
-    ("top_k", "--top-k"),
-    ("min_p", "--min-p"),
-    ("stop", "--stop"),
-];
-
-/// The most stop strings a request may carry (OpenAI's limit).
-pub const MAX_STOPS: usize = 4;
-
-impl Sampling {
-    fn is_greedy_default(&self) -> bool {
-        *self == Sampling::default()
-    }
-
-    /// One line per problem, naming the field.
-    fn validate(&self) -> Result<(), Invalid> {
-        let number = |name: &str, v: Option<f64>, ok: fn(f64) -> bool, want: &str| match v {
-            Some(v) if !(v.is_finite() && ok(v)) => {
-                Err(Invalid::new(format!("sampling.{name}"), format!("{v}; {want}")))
-            }
-            _ => Ok(()),
-        };
-        number("temperature", self.temperature, |t| t >= 0.0, "must be 0 (greedy) or above")?;
-        number("top_p", self.top_p, |p| p > 0.0 && p <= 1.0, "must be above 0 and at most 1")?;
-        number("min_p", self.min_p, |p| (0.0..=1.0).contains(&p), "must be from 0 to 1")?;
-        if let Some(k) = self.top_k.filter(|k| *k < -1) {
-            return Err(Invalid::new("sampling.top_k", format!("{k}; must be -1 (every id) or more")));
-        }
-        if self.stop.len() > MAX_STOPS {
-            return Err(Invalid::new(
-                "sampling.stop",
-                format!("{} strings; give at most {MAX_STOPS}", self.stop.len()),
-            ));
-        }
-        if self.stop.iter().any(String::is_empty) {
-            return Err(Invalid::new("sampling.stop", "an empty string; a stop string needs a character"));
-        }
-        if let Some((field, flag)) =
-            self.extra_body.iter().flat_map(|body| body.keys()).find_map(|k| CLIENT_FIELDS.iter().find(|(f, _)| f == k))
-        {
-            return Err(Invalid::new(
-                format!("sampling.extra_body.{field}"),
-                format!("the client sets `{field}` itself; use {flag}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// The shortest and longest scrape intervals accepted, in seconds.
 pub const SCRAPE_INTERVAL_S: (f64, f64) = (0.1, 3600.0);
 
@@ -179,69 +98,25 @@ pub type Metric = fn(&RequestRecord) -> Option<f64>;
 pub const SLO_METRICS: [(&str, Metric); 3] =
     [("ttft_ms", RequestRecord::ttft), ("tpot_ms", RequestRecord::tpot), ("e2e_ms", |r| Some(r.total()))];
 
-/// Which OpenAI endpoint requests go to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Endpoint {
-    /// `/v1/chat/completions`, the prompt as one user message.
-    #[default]
-    Chat,
-    /// `/v1/completions`, the prompt as text.
-    Completions,
-}
-
-impl Endpoint {
-    fn is_chat(&self) -> bool {
-        *self == Endpoint::Chat
-    }
-}
-
-/// An open-loop load: one group per rate, each sent on its own schedule; or a sweep, whose rates
-/// come from measuring the target first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Arrivals {
-    /// Requests per second, one group per rate, in order; `null`: unbounded (every request at
-    /// once, or a closed pool under `max_concurrency`). Empty for a sweep.
-    pub rates: Vec<Option<f64>>,
-    /// A sweep of this many groups per target, as guidellm's: one request at a time
-    /// (`synchronous`), then as many at once as `max_concurrency` allows (`rate-inf`), then the
-    /// rest at rates evenly spaced between those two groups' completed request rates
-    /// ([`crate::load::sweep_rates`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<usize>,
-    /// Shape of the gamma distribution of the gaps between arrivals: 1 is Poisson, below 1
-    /// burstier, above 1 more even.
-    pub burstiness: f64,
-    /// At most this many requests in flight; a slot refills as soon as a request ends.
-    pub max_concurrency: Option<usize>,
-    /// Requests per group (warm-up included); a group ends at this count or `duration_s`,
-    /// whichever comes first.
-    pub num_requests: Option<usize>,
-    /// Seconds over which a group's requests are sent.
-    pub duration_s: Option<f64>,
-    /// The first requests of each group, sent and recorded but left out of the summary.
-    pub warmup_requests: usize,
-}
-
-/// The most groups a sweep may have.
-pub const MAX_SWEEP: usize = 100;
-
-/// The fastest rate accepted, requests per second.
-pub const MAX_RATE: f64 = 1e6;
+/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
+pub(crate) const MAX_TIMEOUT_S: f64 = common::manifest::MAX_WAIT_S;
 
 fn batched() -> Policy {
     Policy::Batched
 }
 
-/// The largest count accepted for rounds, warm-ups, tokens and streams: far beyond any run this
-/// machine can make, and small enough that their products cannot overflow.
-pub const MAX_COUNT: usize = 1 << 20;
-
-/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
-pub(crate) const MAX_TIMEOUT_S: f64 = common::manifest::MAX_WAIT_S;
-
 impl Parameters {
+    /// The run's timeouts, each through the one checked conversion.
+    pub fn timeouts(&self) -> Result<Timeouts, Invalid> {
+        use common::manifest::seconds;
+        Ok(Timeouts {
+            connect: seconds("connect_timeout_s", self.connect_timeout_s)?,
+            first_token: seconds("first_token_timeout_s", self.first_token_timeout_s)?,
+            idle: seconds("idle_timeout_s", self.idle_timeout_s)?,
+            total: seconds("total_timeout_s", self.total_timeout_s)?,
+        })
+    }
+
     /// Which of the workload's items (counted on, before wrapping around them) request `index`
     /// of closed round `round` at `concurrency` sends: the warm-ups take the first, then each
     /// group in run order (rounds, then concurrency levels) the next. Every target sends the
@@ -348,119 +223,6 @@ impl Parameters {
             return Err(Invalid::new(
                 "server_kv_budget",
                 format!("{b}: must be at least one block of {} positions and at most 2^40", common::kernel::TILE),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Arrivals {
-    fn validate(&self) -> Result<(), Invalid> {
-        match (self.rates.is_empty(), self.sweep) {
-            (true, None) => return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)")),
-            (false, Some(_)) => {
-                return Err(Invalid::new(
-                    "arrivals.sweep",
-                    "a sweep finds its own rates: give rates or a sweep, not both",
-                ))
-            }
-            (true, Some(n)) if !(2..=MAX_SWEEP).contains(&n) => {
-                return Err(Invalid::new("arrivals.sweep", format!("{n}: must be in 2..={MAX_SWEEP} groups")))
-            }
-            (true, Some(_)) if self.max_concurrency == Some(1) => {
-                return Err(Invalid::new(
-                    "arrivals.max_concurrency",
-                    "1 makes a sweep's throughput group its synchronous one: allow more, or none",
-                ))
-            }
-            _ => {}
-        }
-        if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
-            return Err(Invalid::new(
-                "arrivals.rates",
-                format!("{r:?}: a rate is above 0 and at most {MAX_RATE} requests/s"),
-            ));
-        }
-        if let Some((i, r)) = self.rates.iter().enumerate().find(|(i, r)| self.rates[..*i].contains(r)) {
-            let shown = r.map_or_else(|| "inf".to_string(), |r| format!("{r:?}"));
-            return Err(Invalid::new(
-                format!("arrivals.rates[{i}]"),
-                format!("{shown} is given twice; give each rate once (each is one group)"),
-            ));
-        }
-        if self.burstiness != 1.0 && self.sweep.is_none() && self.rates.iter().all(Option::is_none) {
-            return Err(Invalid::new(
-                "arrivals.burstiness",
-                "shapes the gaps between arrivals at a finite rate, and every rate is inf; give a rate (--request-rate) or leave it out",
-            ));
-        }
-        if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
-            return Err(Invalid::new(
-                "arrivals.burstiness",
-                format!("{:?}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
-            ));
-        }
-        if self.warmup_requests > MAX_COUNT {
-            return Err(Invalid::new(
-                "arrivals.warmup_requests",
-                format!("{} is more than {MAX_COUNT}", self.warmup_requests),
-            ));
-        }
-        for (name, v) in
-            [("arrivals.max_concurrency", self.max_concurrency), ("arrivals.num_requests", self.num_requests)]
-        {
-            if v.is_some_and(|v| v == 0 || v > MAX_COUNT) {
-                return Err(Invalid::new(name, format!("{}: must be in 1..={MAX_COUNT}", v.unwrap_or(0))));
-            }
-        }
-        if let Some(d) = self.duration_s {
-            if !(d.is_finite() && d > 0.0 && d <= MAX_TIMEOUT_S) {
-                return Err(Invalid::new(
-                    "arrivals.duration_s",
-                    format!("{d}: must be above 0 and at most {MAX_TIMEOUT_S}"),
-                ));
-            }
-        }
-        if let (None, Some(d)) = (self.num_requests, self.duration_s) {
-            if let Some(r) = self.rates.iter().flatten().find(|r| **r * d > MAX_COUNT as f64) {
-                return Err(Invalid::new(
-                    "arrivals.duration_s",
-                    format!("{d} s at {r} requests/s is more than {MAX_COUNT} requests; give num_requests or a shorter duration"),
-                ));
-            }
-        }
-        // Without a duration to end it, a group at a slow rate sends its last request after
-        // about (n - 1) / rate seconds; past a week no run can keep that schedule.
-        if let (Some(n), None) = (self.num_requests, self.duration_s) {
-            if let Some(r) = self.rates.iter().flatten().find(|r| n.saturating_sub(1) as f64 / **r > MAX_TIMEOUT_S) {
-                return Err(Invalid::new(
-                    "arrivals.rates",
-                    format!(
-                        "{r:?} requests/s: {n} requests take about {:.3e} s to send, more than a week; give a higher rate, fewer requests or a duration",
-                        n.saturating_sub(1) as f64 / r
-                    ),
-                ));
-            }
-        }
-        if self.num_requests.is_none() && self.duration_s.is_none() {
-            return Err(Invalid::new(
-                "arrivals",
-                "unbounded; give num_requests (--num-requests) or duration_s (--duration)",
-            ));
-        }
-        if (self.rates.contains(&None) || self.sweep.is_some())
-            && self.max_concurrency.is_none()
-            && self.num_requests.is_none()
-        {
-            return Err(Invalid::new(
-                "arrivals.num_requests",
-                "an unbounded rate without max_concurrency sends every request at once: give their number (--num-requests) or a cap (--max-concurrency)",
-            ));
-        }
-        if self.num_requests.is_some_and(|n| self.warmup_requests >= n) {
-            return Err(Invalid::new(
-                "arrivals.warmup_requests",
-                "must be fewer than num_requests, or nothing is measured",
             ));
         }
         Ok(())

@@ -3,7 +3,8 @@
 //! stored summary is recomputed by the same code that wrote it.
 
 use super::params::{Parameters, SLO_METRICS};
-use super::record::{ErrorClass, RequestRecord, Runtime, TokenSource};
+use super::{groups, ErrorClass, RequestRecord, Runtime};
+use loadgen::group::window_s;
 use common::stats::summarize;
 use std::collections::BTreeMap;
 
@@ -128,82 +129,11 @@ fn throughput_columns(row: &mut BTreeMap<String, serde_json::Value>, group: &[&R
     row.insert("total_token_throughput_counted".into(), serde_json::json!(prompts.len()));
 }
 
-/// The wall time of a round or group: from its first scheduled request to its last end.
-fn window_s(group: &[&RequestRecord]) -> Option<f64> {
-    let start = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
-    let end = group.iter().map(|r| r.end_s).fold(f64::NEG_INFINITY, f64::max);
-    (end > start).then_some(end - start)
-}
-
 /// One round's successful output tokens over its wall time.
 pub fn aggregate_tps(round: &[&RequestRecord]) -> Option<f64> {
     // Saturating: the counts may come from a file the audit reads.
     let tokens = round.iter().filter(|r| r.ok()).fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
     window_s(round).map(|w| tokens as f64 / w)
-}
-
-/// A group's successful requests per second of its wall time: the rate the server sustained.
-pub fn completed_rate(group: &[&RequestRecord]) -> Option<f64> {
-    let ok = group.iter().filter(|r| r.ok()).count();
-    window_s(group).map(|w| ok as f64 / w).filter(|r| *r > 0.0)
-}
-
-/// A group's load as claims, exports and tables name it: `c4` (closed groups of 4), `rate8` or
-/// `rate-inf` (an open loop's rate), `synchronous` (an unbounded rate under a cap of one).
-pub fn load_label(concurrency: usize, open_loop_rate: Option<Option<f64>>) -> String {
-    match open_loop_rate {
-        None => format!("c{concurrency}"),
-        Some(Some(rate)) => format!("rate{rate}"),
-        // A closed pool of one: a request at a time.
-        Some(None) if concurrency == 1 => "synchronous".into(),
-        Some(None) => "rate-inf".into(),
-    }
-}
-
-/// One group of measured requests: one target under one load.
-pub struct Group<'a> {
-    pub runtime: &'a str,
-    /// [`load_label`].
-    pub load: String,
-    pub concurrency: usize,
-    /// The open loop's rate (`Some(None)`: as fast as allowed); `None` for a closed group.
-    pub rate: Option<Option<f64>>,
-    pub records: Vec<&'a RequestRecord>,
-}
-
-/// The measured requests (an open loop's warm-ups left out) by target and load, the groups in the
-/// order they first appear. Every summary, export and claim groups requests through this.
-pub fn groups(records: &[RequestRecord]) -> Vec<Group<'_>> {
-    let mut index: BTreeMap<(&str, String), usize> = BTreeMap::new();
-    let mut out: Vec<Group> = Vec::new();
-    for r in records.iter().filter(|r| !r.arrival.is_some_and(|a| a.warmup)) {
-        let rate = r.arrival.map(|a| a.rate_rps);
-        let load = load_label(r.concurrency, rate);
-        let i = *index.entry((r.runtime.as_str(), load.clone())).or_insert_with(|| {
-            out.push(Group { runtime: &r.runtime, load, concurrency: r.concurrency, rate, records: Vec::new() });
-            out.len() - 1
-        });
-        out[i].records.push(r);
-    }
-    out
-}
-
-/// Where a successful record's token counts contradict its request or its stream (the
-/// [`ErrorClass::InconsistentUsage`] the client gives such a request): more output tokens than
-/// its cap, or running per-chunk counts that add up past the total. `None` when they agree.
-pub fn usage_contradiction(r: &RequestRecord) -> Option<String> {
-    let (tokens, source) = r.output_tokens();
-    let source = match source {
-        TokenSource::Usage => "usage.completion_tokens",
-        TokenSource::OllamaCounters => "eval_count",
-        TokenSource::Chunks => "chunks with text",
-    };
-    if let Some(cap) = r.max_tokens.filter(|cap| tokens > *cap) {
-        return Some(format!("{source} {tokens} is more than the {cap} tokens max_tokens allows"));
-    }
-    let per_chunk = r.chunk_tokens.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
-    (r.usage_completion_tokens.is_some_and(|total| per_chunk > total))
-        .then(|| format!("the running counts add up to {per_chunk}, more than the final {source} {tokens}"))
 }
 
 /// Each group (target and load) in which no measured request succeeded, as `runtime load
@@ -287,7 +217,7 @@ pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, se
     for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
         let series: Vec<_> = a.server_metrics.iter().filter(|s| s.runtime == g.runtime && s.load == g.load).collect();
         if !series.is_empty() {
-            row.extend(super::server::columns(&series));
+            row.extend(super::server_columns(&series));
         }
         if let Some(probed) = a.machine_stalls.iter().find(|s| s.runtime == g.runtime && s.load == g.load) {
             row.extend(stall_columns(probed, &g.records));
@@ -408,8 +338,7 @@ fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option
 
 #[cfg(test)]
 pub(in crate::serving) mod tests {
-    use super::super::record::Arrival;
-    use super::super::Stall;
+    use super::super::{Arrival, Stall, TokenSource};
     use super::*;
 
     /// A successful record of `tokens` tokens, finished by length.

@@ -1,8 +1,8 @@
 //! Open-loop load: requests arrive on a schedule drawn before the run (Poisson, or gamma with a
 //! chosen burstiness), whatever the server's answers, with an optional cap on the requests in
 //! flight; or, at an unbounded rate with a cap, a closed pool whose slot refills as soon as a
-//! request ends. (The seed's closed rounds, `c` requests at once per round, stay the default; see
-//! `main.rs`.)
+//! request ends. (The seed's closed rounds, `c` requests at once per round, are the caller's: they
+//! stay serving-bench's default, in its `measure::run`.)
 //!
 //! Each request records when the schedule wanted it sent (`scheduled_s`) and when the client
 //! sent it (`sent_s`): their difference is the client's lateness, which the summary reports and
@@ -10,12 +10,20 @@
 //! the one promised.
 
 use crate::client::{measure, RequestOptions, Spec, Timeouts};
-use crate::serving::{completed_rate, load_label, Arrival, Arrivals, RequestRecord, Runtime, MAX_COUNT};
+use crate::group::completed_rate;
+use crate::group::load_label;
+use crate::record::Arrival;
+use crate::record::RequestRecord;
+use crate::record::Runtime;
 use crate::workload::Item;
-use common::manifest::Invalid;
+use crate::MAX_COUNT;
+use crate::os::{realtime_priority, Workers};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use supply::manifest::MAX_WAIT_S;
+use supply::manifest::Invalid;
 use rand::SeedableRng;
 use rand_distr::Distribution;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,7 +55,7 @@ pub fn offsets(seed: u64, rate: f64, arrivals: &Arrivals) -> Result<Vec<Duration
         .into_iter()
         .enumerate()
         .map(|(i, offset)| {
-            common::manifest::seconds("arrivals.rates", offset).map_err(|_| {
+            supply::manifest::seconds("arrivals.rates", offset).map_err(|_| {
                 Invalid::new(
                     "arrivals.rates",
                     format!(
@@ -89,7 +97,7 @@ impl Load {
 /// `rate-inf` groups, neither end included (guidellm's sweep). Empty when either group has no
 /// success to measure a rate by. The audit recomputes them from the artifact's records.
 pub fn sweep_rates(records: &[RequestRecord], runtime: &str, groups: usize) -> Vec<f64> {
-    let all = crate::serving::groups(records);
+    let all = crate::group::groups(records);
     let rate_of = |load: &str| {
         all.iter().find(|g| g.runtime == runtime && g.load == load).and_then(|g| completed_rate(&g.records))
     };
@@ -124,7 +132,7 @@ pub async fn run_group(
     let Load { rate, cap } = load;
     let planned = arrivals.num_requests.unwrap_or(MAX_COUNT);
     let offsets = rate.map(|r| offsets(seed, r, arrivals)).transpose()?;
-    let duration = arrivals.duration_s.map(|d| common::manifest::seconds("arrivals.duration_s", d)).transpose()?;
+    let duration = arrivals.duration_s.map(|d| supply::manifest::seconds("arrivals.duration_s", d)).transpose()?;
     let start = Instant::now();
     let slots = cap.map(|n| Slots::new(n, start));
     let stop = duration.map(|d| start + d);
@@ -308,90 +316,10 @@ impl Pacer {
     }
 }
 
-/// Puts the calling thread at real-time priority `level` (SCHED_FIFO), when the process may
-/// (root, `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of `level` or more): such a thread is woken at
-/// once, ahead of every normal one, where a normal thread waits up to a scheduler slice while
-/// the server keeps the cores busy. The pacer sleeps between wake-ups and spins only the last
-/// stretch, so the server loses next to nothing. A thread or process it starts is normal again
-/// (reset on fork). Returns whether it took.
-pub(crate) fn realtime_priority(level: i32) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: level };
-        // SAFETY: a plain system call on the calling thread (pid 0) with a valid parameter.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = level;
-        false
-    }
-}
-
-/// The pacer's real-time priority, above the workers' ([`WORKER_PRIORITY`]): a worker busy on
+/// The pacer's real-time priority, above the workers' ([`crate::os::WORKER_PRIORITY`]): a worker busy on
 /// every core cannot then hold a wake-up back, and a late wake is the machine's alone.
 const PACER_PRIORITY: i32 = 2;
-/// The workers' real-time priority.
-const WORKER_PRIORITY: i32 = 1;
 
-/// The priority the client's workers ran at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
-    /// Real-time (SCHED_FIFO 1, below the pacer).
-    Realtime,
-    /// Nice -10: real-time was refused.
-    Nice,
-    /// Normal: both were refused.
-    Normal,
-}
-
-/// The nice value a thread asks for when real-time is refused.
-const RAISED_NICE: i32 = -10;
-/// Whether some worker ran at each priority.
-static WORKERS_AT: [AtomicBool; 3] = [AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false)];
-
-/// Nice -10 for the calling thread, when the process may (root or `CAP_SYS_NICE`). Returns
-/// whether it took.
-fn raised_nice() -> bool {
-    #[cfg(target_os = "linux")]
-    // SAFETY: a plain system call on the calling thread (`who` 0 is the caller's own thread).
-    return unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, RAISED_NICE) == 0 };
-    #[cfg(not(target_os = "linux"))]
-    false
-}
-
-/// Puts a worker of the client's runtime, which sends what the pacer wakes and reads the
-/// streams, at real-time priority as the pacer, or else at nice -10, when the process may: it
-/// then runs the moment it is woken, ahead of a server whose threads keep every core busy. At
-/// nice -10 a send still waited up to tens of milliseconds behind such a server; the client
-/// needs little CPU, so the server loses next to nothing. The embedded server's runtime never
-/// calls it.
-pub fn raise_worker() {
-    let took = if realtime_priority(WORKER_PRIORITY) {
-        Workers::Realtime
-    } else if raised_nice() {
-        Workers::Nice
-    } else {
-        Workers::Normal
-    };
-    WORKERS_AT[took as usize].store(true, Ordering::Relaxed);
-}
-
-/// Nice -10 for the thread that runs the groups and spawns each open-loop request ahead of its
-/// time (not real-time: it also does the run's own computing, which must not hold a core from
-/// the servers). Its lead covers the rest.
-pub fn raise_spawner() {
-    let _ = raised_nice();
-}
-
-/// The priority every worker that started ran at (the lowest any took); `None` when none
-/// asked (an embedded server in the client's process shares its workers: none is raised above
-/// it).
-pub fn workers_raised() -> Option<Workers> {
-    [Workers::Normal, Workers::Nice, Workers::Realtime]
-        .into_iter()
-        .find(|&w| WORKERS_AT[w as usize].load(Ordering::Relaxed))
-}
 
 /// What the artifact says of the pacer: whether it ran at real-time priority, and if not, how
 /// to let it.
@@ -459,9 +387,159 @@ pub fn workers_notes() -> Vec<String> {
     [Workers::Realtime, Workers::Nice, Workers::Normal].into_iter().filter_map(|w| workers_note(Some(w))).collect()
 }
 
+/// An open-loop load: one group per rate, each sent on its own schedule; or a sweep, whose rates
+/// come from measuring the target first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Arrivals {
+    /// Requests per second, one group per rate, in order; `null`: unbounded (every request at
+    /// once, or a closed pool under `max_concurrency`). Empty for a sweep.
+    pub rates: Vec<Option<f64>>,
+    /// A sweep of this many groups per target, as guidellm's: one request at a time
+    /// (`synchronous`), then as many at once as `max_concurrency` allows (`rate-inf`), then the
+    /// rest at rates evenly spaced between those two groups' completed request rates
+    /// ([`crate::load::sweep_rates`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<usize>,
+    /// Shape of the gamma distribution of the gaps between arrivals: 1 is Poisson, below 1
+    /// burstier, above 1 more even.
+    pub burstiness: f64,
+    /// At most this many requests in flight; a slot refills as soon as a request ends.
+    pub max_concurrency: Option<usize>,
+    /// Requests per group (warm-up included); a group ends at this count or `duration_s`,
+    /// whichever comes first.
+    pub num_requests: Option<usize>,
+    /// Seconds over which a group's requests are sent.
+    pub duration_s: Option<f64>,
+    /// The first requests of each group, sent and recorded but left out of the summary.
+    pub warmup_requests: usize,
+}
+
+/// The most groups a sweep may have.
+pub const MAX_SWEEP: usize = 100;
+
+/// The fastest rate accepted, requests per second.
+pub const MAX_RATE: f64 = 1e6;
+
+/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
+
+impl Arrivals {
+    pub fn validate(&self) -> Result<(), Invalid> {
+        match (self.rates.is_empty(), self.sweep) {
+            (true, None) => return Err(Invalid::new("arrivals.rates", "empty; give at least one rate (or inf)")),
+            (false, Some(_)) => {
+                return Err(Invalid::new(
+                    "arrivals.sweep",
+                    "a sweep finds its own rates: give rates or a sweep, not both",
+                ))
+            }
+            (true, Some(n)) if !(2..=MAX_SWEEP).contains(&n) => {
+                return Err(Invalid::new("arrivals.sweep", format!("{n}: must be in 2..={MAX_SWEEP} groups")))
+            }
+            (true, Some(_)) if self.max_concurrency == Some(1) => {
+                return Err(Invalid::new(
+                    "arrivals.max_concurrency",
+                    "1 makes a sweep's throughput group its synchronous one: allow more, or none",
+                ))
+            }
+            _ => {}
+        }
+        if let Some(r) = self.rates.iter().flatten().find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE)) {
+            return Err(Invalid::new(
+                "arrivals.rates",
+                format!("{r:?}: a rate is above 0 and at most {MAX_RATE} requests/s"),
+            ));
+        }
+        if let Some((i, r)) = self.rates.iter().enumerate().find(|(i, r)| self.rates[..*i].contains(r)) {
+            let shown = r.map_or_else(|| "inf".to_string(), |r| format!("{r:?}"));
+            return Err(Invalid::new(
+                format!("arrivals.rates[{i}]"),
+                format!("{shown} is given twice; give each rate once (each is one group)"),
+            ));
+        }
+        if self.burstiness != 1.0 && self.sweep.is_none() && self.rates.iter().all(Option::is_none) {
+            return Err(Invalid::new(
+                "arrivals.burstiness",
+                "shapes the gaps between arrivals at a finite rate, and every rate is inf; give a rate (--request-rate) or leave it out",
+            ));
+        }
+        if !(self.burstiness.is_finite() && self.burstiness >= 0.01 && self.burstiness <= 100.0) {
+            return Err(Invalid::new(
+                "arrivals.burstiness",
+                format!("{:?}: must be in 0.01..=100 (1 is Poisson)", self.burstiness),
+            ));
+        }
+        if self.warmup_requests > MAX_COUNT {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                format!("{} is more than {MAX_COUNT}", self.warmup_requests),
+            ));
+        }
+        for (name, v) in
+            [("arrivals.max_concurrency", self.max_concurrency), ("arrivals.num_requests", self.num_requests)]
+        {
+            if v.is_some_and(|v| v == 0 || v > MAX_COUNT) {
+                return Err(Invalid::new(name, format!("{}: must be in 1..={MAX_COUNT}", v.unwrap_or(0))));
+            }
+        }
+        if let Some(d) = self.duration_s {
+            if !(d.is_finite() && d > 0.0 && d <= MAX_WAIT_S) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d}: must be above 0 and at most {MAX_WAIT_S}"),
+                ));
+            }
+        }
+        if let (None, Some(d)) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| **r * d > MAX_COUNT as f64) {
+                return Err(Invalid::new(
+                    "arrivals.duration_s",
+                    format!("{d} s at {r} requests/s is more than {MAX_COUNT} requests; give num_requests or a shorter duration"),
+                ));
+            }
+        }
+        // Without a duration to end it, a group at a slow rate sends its last request after
+        // about (n - 1) / rate seconds; past a week no run can keep that schedule.
+        if let (Some(n), None) = (self.num_requests, self.duration_s) {
+            if let Some(r) = self.rates.iter().flatten().find(|r| n.saturating_sub(1) as f64 / **r > MAX_WAIT_S) {
+                return Err(Invalid::new(
+                    "arrivals.rates",
+                    format!(
+                        "{r:?} requests/s: {n} requests take about {:.3e} s to send, more than a week; give a higher rate, fewer requests or a duration",
+                        n.saturating_sub(1) as f64 / r
+                    ),
+                ));
+            }
+        }
+        if self.num_requests.is_none() && self.duration_s.is_none() {
+            return Err(Invalid::new(
+                "arrivals",
+                "unbounded; give num_requests (--num-requests) or duration_s (--duration)",
+            ));
+        }
+        if (self.rates.contains(&None) || self.sweep.is_some())
+            && self.max_concurrency.is_none()
+            && self.num_requests.is_none()
+        {
+            return Err(Invalid::new(
+                "arrivals.num_requests",
+                "an unbounded rate without max_concurrency sends every request at once: give their number (--num-requests) or a cap (--max-concurrency)",
+            ));
+        }
+        if self.num_requests.is_some_and(|n| self.warmup_requests >= n) {
+            return Err(Invalid::new(
+                "arrivals.warmup_requests",
+                "must be fewer than num_requests, or nothing is measured",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::{raise_worker, workers_raised, RAISED_NICE};
 
     #[test]
     fn the_pacer_wakes_a_request_no_earlier_than_its_time_and_says_when() {

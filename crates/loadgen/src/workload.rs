@@ -7,8 +7,9 @@
 //! records the workload's digest and its length statistics, so two runs say whether they sent
 //! the same requests.
 
-use crate::serving::WorkloadRecord;
+use crate::record::WorkloadRecord;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One request's content, or a conversation's.
@@ -118,7 +119,7 @@ fn max_tokens_of(line: &Value) -> Result<Option<usize>, String> {
         Some(m) => m
             .as_u64()
             .and_then(|m| usize::try_from(m).ok())
-            .filter(|m| (1..=crate::serving::MAX_COUNT).contains(m))
+            .filter(|m| (1..=crate::MAX_COUNT).contains(m))
             .map(Some)
             .ok_or_else(|| format!("max_tokens {m} is not a count of 1 or more")),
     }
@@ -243,7 +244,7 @@ impl Lengths {
 impl Workload {
     /// The seed's three prompts, in the seed's order.
     pub fn builtin() -> Self {
-        let prompts = crate::serving::default_prompts();
+        let prompts = crate::workload::default_prompts();
         let items: Vec<Item> = ["short", "medium", "code"]
             .iter()
             .filter_map(|k| prompts.get(*k).map(|p| (k, p)))
@@ -500,7 +501,7 @@ impl Workload {
 
     /// The record with how the lengths were drawn and the prompts' lengths in tokens.
     fn with_tokens(mut self, lengths: String, counts: &[f64]) -> Self {
-        let s = common::stats::summarize(counts);
+        let s = records::stats::summarize(counts);
         let r = &mut self.record;
         r.lengths = Some(lengths);
         (r.prompt_tokens_min, r.prompt_tokens_p50, r.prompt_tokens_mean, r.prompt_tokens_max) =
@@ -522,15 +523,15 @@ impl Workload {
                 item
             })
             .collect();
-        let digest = common::digest::bytes_digest(
+        let digest = supply::digest::bytes_digest(
             Value::Array(canonical).to_string().as_bytes(),
-            common::digest::Algorithm::Sha256,
+            supply::digest::Algorithm::Sha256,
         );
         let s = prompt_chars(items.iter().map(|i| i.prompt.as_str()));
         let record = WorkloadRecord {
             source: source.to_string(),
             path: path.map(str::to_string),
-            file_sha256: bytes.map(|b| common::digest::bytes_digest(b, common::digest::Algorithm::Sha256)),
+            file_sha256: bytes.map(|b| supply::digest::bytes_digest(b, supply::digest::Algorithm::Sha256)),
             items_sha256: digest,
             items: items.len(),
             prompt_chars_min: s.min,
@@ -577,7 +578,7 @@ impl Words {
             return Err(WorkloadError::TooLarge { what: what(), tokens });
         }
         let (tokenizer, bytes, error) = load_tokenizer(tokenizer_dir, shown)?;
-        let words = common::generate::ENGLISH_WORDS.split_whitespace().collect();
+        let words = supply::generate::ENGLISH_WORDS.split_whitespace().collect();
         let progress = match tokens >= 1 << 20 {
             true => indicatif::ProgressBar::new(tokens as u64)
                 .with_style(
@@ -689,13 +690,25 @@ fn four_counts(s: &str, max: [usize; 4]) -> Option<[usize; 4]> {
 
 /// The spread of the prompts' lengths in characters, as a workload's record gives it (and the
 /// audit recomputes it from the prompts an artifact holds, when it holds every item's).
-pub fn prompt_chars<'a>(prompts: impl Iterator<Item = &'a str>) -> common::stats::Summary {
+pub fn prompt_chars<'a>(prompts: impl Iterator<Item = &'a str>) -> records::stats::Summary {
     let lengths: Vec<f64> = prompts.map(|p| p.chars().count() as f64).collect();
-    common::stats::summarize(&lengths)
+    records::stats::summarize(&lengths)
 }
 
 fn read(path: &Path, shown: &str) -> Result<Vec<u8>, WorkloadError> {
     std::fs::read(path).map_err(|cause| WorkloadError::Read { path: shown.to_string(), cause })
+}
+
+/// The seed's prompts: the defaults.
+pub fn default_prompts() -> BTreeMap<String, String> {
+    [
+        ("short", "In exactly four concise bullet points, explain why database transactions are useful. Do not use a heading."),
+        ("medium", "You are reviewing a Laravel service that transfers money between two accounts. Explain the failure modes involving concurrency, partial writes, retries, and audit logs. Then provide a robust implementation plan. Keep the response technical and concise."),
+        ("code", "Write a Python 3.12 function named merge_intervals that accepts a list of integer pairs, validates each pair, merges overlapping or adjacent intervals, and returns sorted tuples. Include type hints, a short docstring, and five assert-based examples. Output only code."),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 #[cfg(test)]
@@ -776,7 +789,7 @@ mod tests {
     fn shared_prefix_groups_share_their_system_prompt_and_are_drawn_from_the_seed() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("tiny");
-        common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &dir, false).unwrap();
+        supply::generate::generate_into(&supply::generate::shape("tiny").unwrap(), &dir, false).unwrap();
         let shape = SharedPrefix::parse("2:3:100:10").unwrap();
         assert_eq!(shape, SharedPrefix { groups: 2, prompts: 3, prefix: 100, question: 10 });
         let w = Workload::shared_prefix(&dir, "tiny", shape, 7).unwrap();
@@ -873,7 +886,7 @@ mod tests {
     fn generated_conversations_have_their_shape_and_are_drawn_from_the_seed() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("tiny");
-        common::generate::generate_into(&common::generate::shape("tiny").unwrap(), &dir, false).unwrap();
+        supply::generate::generate_into(&supply::generate::shape("tiny").unwrap(), &dir, false).unwrap();
         let shape = MultiTurn::parse("3:4:50:8").unwrap();
         assert_eq!(shape, MultiTurn { conversations: 3, turns: 4, system: 50, question: 8 });
         let w = Workload::multi_turn(&dir, "tiny", shape, 7).unwrap();

@@ -202,7 +202,7 @@ pub fn columns(series: &[&ServerSeries]) -> BTreeMap<String, serde_json::Value> 
     let mut answers: Vec<f64> = scrapes().filter_map(|s| s.answer_s).map(|s| s * 1000.0).collect();
     answers.sort_by(f64::total_cmp);
     for (name, p) in [("p50", 50.0), ("p99", 99.0), ("max", 100.0)] {
-        if let Some(ms) = common::stats::percentile_sorted(&answers, p) {
+        if let Some(ms) = records::stats::percentile_sorted(&answers, p) {
             row.insert(format!("server_scrape_ms_{name}"), serde_json::json!(ms));
         }
     }

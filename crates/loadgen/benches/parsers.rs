@@ -1,10 +1,10 @@
 //! The client's stream parsers alone: a 256-token response as OpenAI server-sent events and as
 //! Ollama's newline-delimited JSON, fed whole and in the small reads a slow network gives (16
 //! bytes), so a change to the parsers shows its cost per chunk before it shows in a serving run.
-//! `cargo bench -p serving-bench --bench parsers`; `cargo test` runs each once.
+//! `cargo bench -p loadgen --bench parsers`; `cargo test` runs each once.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use serving_bench::stream::{Event, NdjsonParser, SseParser};
+use loadgen::stream::{Event, NdjsonParser, SseParser};
 use std::hint::black_box;
 
 const TOKENS: usize = 256;

@@ -2,6 +2,7 @@
 //! the metrics read off one request.
 
 use schemars::JsonSchema;
+use supply::manifest::Invalid;
 use serde::{Deserialize, Serialize};
 
 /// Why a request failed.
@@ -68,7 +69,7 @@ pub struct RequestRecord {
     pub scheduled_s: f64,
     pub sent_s: Option<f64>,
     /// The CPU the client sent it from, read as `sent_s` was: the CPU whose stalls the stall
-    /// probe matches against its send ([`super::stall::split_send`]).
+    /// probe matches against its send ([`crate::stall::split_send`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_cpu: Option<usize>,
     pub first_byte_s: Option<f64>,
@@ -120,7 +121,7 @@ pub struct RequestRecord {
     /// sent), so the audit can recompute the digest, the agreement and the inconsistencies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Where the answer contradicts its own request ([`super::output_inconsistency`]):
+    /// Where the answer contradicts its own request ([`output_inconsistency`]):
     /// `finish_reason` `length` with fewer tokens than `max_tokens`, or a stop string in the text.
     /// Recorded and counted, not a failure: the text and its timing are what the server sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,7 +279,7 @@ impl RequestRecord {
         (n > 1).then(|| (self.total() - self.ttft().unwrap_or(0.0)) / (n - 1) as f64).filter(|_| self.ttft().is_some())
     }
 
-    pub(crate) fn request_tps(&self) -> Option<f64> {
+    pub fn request_tps(&self) -> Option<f64> {
         let total = self.total();
         (total > 0.0).then(|| self.output_tokens().0 as f64 / total)
     }
@@ -345,5 +346,172 @@ impl Runtime {
             0 => (None, &self.base_url),
             n => (Some(index % n), &self.replicas[index % n]),
         }
+    }
+}
+
+/// How many candidates per token the probe asks for (OpenAI's `top_logprobs`).
+pub const PROBE_CANDIDATES: usize = 5;
+
+/// A token and its log-probability, as a server reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub token: String,
+    pub logprob: f64,
+}
+
+/// One generated token with the candidates the server listed for its place, best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenChoice {
+    pub chosen: Candidate,
+    pub top: Vec<Candidate>,
+}
+
+/// Where a successful record's token counts contradict its request or its stream (the
+/// [`ErrorClass::InconsistentUsage`] the client gives such a request): more output tokens than
+/// its cap, or running per-chunk counts that add up past the total. `None` when they agree.
+pub fn usage_contradiction(r: &RequestRecord) -> Option<String> {
+    let (tokens, source) = r.output_tokens();
+    let source = match source {
+        TokenSource::Usage => "usage.completion_tokens",
+        TokenSource::OllamaCounters => "eval_count",
+        TokenSource::Chunks => "chunks with text",
+    };
+    if let Some(cap) = r.max_tokens.filter(|cap| tokens > *cap) {
+        return Some(format!("{source} {tokens} is more than the {cap} tokens max_tokens allows"));
+    }
+    let per_chunk = r.chunk_tokens.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
+    (r.usage_completion_tokens.is_some_and(|total| per_chunk > total))
+        .then(|| format!("the running counts add up to {per_chunk}, more than the final {source} {tokens}"))
+}
+
+/// Where a successful answer contradicts its own request: `finish_reason` `length` (Ollama's
+/// `done_reason`) with fewer output tokens than `max_tokens` as the server counted them (a chunk
+/// count is only a lower bound, so it is not judged), or the text holding one of the stop strings
+/// it was sent (`text` absent: not judged). `None` when it is consistent.
+pub fn output_inconsistency(r: &RequestRecord, text: Option<&str>, stops: &[String]) -> Option<String> {
+    if !r.ok() {
+        return None;
+    }
+    let (tokens, source) = r.output_tokens();
+    if let (Some("length"), Some(cap), false) =
+        (r.finish_reason.as_deref(), r.max_tokens, source == TokenSource::Chunks)
+    {
+        if tokens < cap {
+            return Some(format!(
+                "finish_reason length after {tokens} tokens, fewer than the max_tokens {cap} it was sent (unless a context limit ended it, the count or the reason is wrong)"
+            ));
+        }
+    }
+    let text = text?;
+    stops.iter().filter(|s| !s.is_empty()).find_map(|stop| {
+        text.find(stop.as_str()).map(|at| {
+            format!(
+                "the text holds the stop string {stop:?} at character {} (finish_reason {}): a server honouring it ends before it",
+                text[..at].chars().count(),
+                r.finish_reason.as_deref().unwrap_or("none")
+            )
+        })
+    })
+}
+
+/// Which OpenAI endpoint requests go to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `/v1/chat/completions`, the prompt as one user message.
+    #[default]
+    Chat,
+    /// `/v1/completions`, the prompt as text.
+    Completions,
+}
+
+impl Endpoint {
+    pub fn is_chat(&self) -> bool {
+        *self == Endpoint::Chat
+    }
+}
+
+/// The sampling settings sent with every request, by their OpenAI (and vLLM) names; Ollama gets
+/// them in `options` under its own. Unset ones are not sent (the server's default applies),
+/// except the temperature, sent as 0 unless set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// vLLM's: -1 (or 0) keeps every id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f64>,
+    /// Texts that end an answer (OpenAI's `stop`, Ollama's `options.stop`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Fields merged into every request body as they are, for whatever else a server takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Body fields the client sets itself, which `extra_body` may not replace, with the flag to use.
+pub const CLIENT_FIELDS: [(&str, &str); 14] = [
+    ("model", "--model-name"),
+    ("messages", "--prompts"),
+    ("prompt", "--prompts"),
+    ("stream", "(the client always streams)"),
+    ("stream_options", "--continuous-usage"),
+    ("max_tokens", "--max-tokens"),
+    ("max_completion_tokens", "--max-tokens"),
+    ("options", "the sampling flags"),
+    ("seed", "--seed"),
+    ("temperature", "--temperature"),
+    ("top_p", "--top-p"),
+    ("top_k", "--top-k"),
+    ("min_p", "--min-p"),
+    ("stop", "--stop"),
+];
+
+/// The most stop strings a request may carry (OpenAI's limit).
+pub const MAX_STOPS: usize = 4;
+
+impl Sampling {
+    pub fn is_greedy_default(&self) -> bool {
+        *self == Sampling::default()
+    }
+
+    /// One line per problem, naming the field.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let number = |name: &str, v: Option<f64>, ok: fn(f64) -> bool, want: &str| match v {
+            Some(v) if !(v.is_finite() && ok(v)) => {
+                Err(Invalid::new(format!("sampling.{name}"), format!("{v}; {want}")))
+            }
+            _ => Ok(()),
+        };
+        number("temperature", self.temperature, |t| t >= 0.0, "must be 0 (greedy) or above")?;
+        number("top_p", self.top_p, |p| p > 0.0 && p <= 1.0, "must be above 0 and at most 1")?;
+        number("min_p", self.min_p, |p| (0.0..=1.0).contains(&p), "must be from 0 to 1")?;
+        if let Some(k) = self.top_k.filter(|k| *k < -1) {
+            return Err(Invalid::new("sampling.top_k", format!("{k}; must be -1 (every id) or more")));
+        }
+        if self.stop.len() > MAX_STOPS {
+            return Err(Invalid::new(
+                "sampling.stop",
+                format!("{} strings; give at most {MAX_STOPS}", self.stop.len()),
+            ));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(Invalid::new("sampling.stop", "an empty string; a stop string needs a character"));
+        }
+        if let Some((field, flag)) =
+            self.extra_body.iter().flat_map(|body| body.keys()).find_map(|k| CLIENT_FIELDS.iter().find(|(f, _)| f == k))
+        {
+            return Err(Invalid::new(
+                format!("sampling.extra_body.{field}"),
+                format!("the client sets `{field}` itself; use {flag}"),
+            ));
+        }
+        Ok(())
     }
 }

@@ -2,7 +2,11 @@
 //! clock, parses the stream strictly, and classifies every failure. A failure is a record, never
 //! a panic or a lost run.
 
-use crate::serving::{self, Endpoint, ErrorClass, Kind, RequestRecord, Runtime};
+use crate::record::Endpoint;
+use crate::record::ErrorClass;
+use crate::record::Kind;
+use crate::record::RequestRecord;
+use crate::record::Runtime;
 use crate::stream::{Event, NdjsonParser, SseParser};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -34,7 +38,7 @@ impl FetchError {
 
 /// `url` (or any text holding URLs) with every URL's credentials redacted, for printing.
 pub fn redacted(url: &str) -> String {
-    common::artifact::redact_url_credentials(url)
+    records::artifact::redact_url_credentials(url)
 }
 
 /// A transport error on one line, saying which kind it is: a certificate the client does not
@@ -115,7 +119,7 @@ pub struct RequestOptions {
     /// Ask for usage counts with every chunk (vLLM's `continuous_usage_stats`).
     pub continuous_usage: bool,
     /// The sampling every request asks for, and fields merged into every body.
-    pub sampling: std::sync::Arc<crate::serving::Sampling>,
+    pub sampling: std::sync::Arc<crate::record::Sampling>,
     /// Keep each answer's text in its record (`check_agreement`, or stop strings to check).
     pub keep_text: bool,
 }
@@ -126,7 +130,7 @@ mod tests {
 
     #[test]
     fn sampling_goes_in_each_apis_place_and_the_extra_body_on_top() {
-        let sampling = crate::serving::Sampling {
+        let sampling = crate::record::Sampling {
             temperature: Some(0.7),
             top_k: Some(-1),
             stop: vec!["END".into()],
@@ -198,25 +202,13 @@ mod tests {
     }
 }
 
+/// How long a request may take at each stage before it is given up as timed out.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub connect: Duration,
     pub first_token: Duration,
     pub idle: Duration,
     pub total: Duration,
-}
-
-impl Timeouts {
-    /// A run's timeouts from its parameters, each through the one checked conversion.
-    pub fn of(p: &crate::serving::Parameters) -> Result<Self, common::manifest::Invalid> {
-        use common::manifest::seconds;
-        Ok(Timeouts {
-            connect: seconds("connect_timeout_s", p.connect_timeout_s)?,
-            first_token: seconds("first_token_timeout_s", p.first_token_timeout_s)?,
-            idle: seconds("idle_timeout_s", p.idle_timeout_s)?,
-            total: seconds("total_timeout_s", p.total_timeout_s)?,
-        })
-    }
 }
 
 /// What one request is.
@@ -265,14 +257,14 @@ pub fn request_headers(
         let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| malformed())?;
         let value = value.trim();
         if !is_recorded(name.as_str(), recorded) && value.len() >= 6 {
-            common::artifact::keep_secret(value);
+            records::artifact::keep_secret(value);
         }
         headers.append(name, HeaderValue::from_str(value).map_err(|_| malformed())?);
     }
     let variable = api_key_env.unwrap_or("OPENAI_API_KEY");
     match std::env::var(variable) {
         Ok(key) if !key.is_empty() => {
-            common::artifact::keep_secret(&key);
+            records::artifact::keep_secret(&key);
             if !headers.contains_key(AUTHORIZATION) {
                 let value = HeaderValue::from_str(&format!("Bearer {key}"))
                     .map_err(|_| HeaderError::BadKey(variable.to_string()))?;
@@ -431,7 +423,7 @@ fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
 
 /// The sampling settings set, by their OpenAI names (Ollama's where they differ), with the
 /// temperature always (0 unless set).
-fn sampling_fields(sampling: &crate::serving::Sampling) -> serde_json::Map<String, Value> {
+fn sampling_fields(sampling: &crate::record::Sampling) -> serde_json::Map<String, Value> {
     let mut fields = serde_json::Map::new();
     fields.insert("temperature".into(), json!(sampling.temperature.unwrap_or(0.0)));
     let set = [
@@ -579,7 +571,7 @@ async fn measure_reply(
     let mut reply = String::new();
     let outcome = stream_into(client, target, spec, timeouts, start, t0, &mut rec, &mut reply).await;
     // A count that contradicts the request is no success: it would enter throughput.
-    let outcome = outcome.and_then(|()| match serving::usage_contradiction(&rec) {
+    let outcome = outcome.and_then(|()| match crate::record::usage_contradiction(&rec) {
         Some(problem) => Err((ErrorClass::InconsistentUsage, problem)),
         None => Ok(()),
     });
@@ -589,8 +581,8 @@ async fn measure_reply(
     }
     rec.end_s = secs(Instant::now());
     if !reply.is_empty() {
-        rec.text_sha256 = Some(common::digest::bytes_digest(reply.as_bytes(), common::digest::Algorithm::Sha256));
-        rec.inconsistency = serving::output_inconsistency(&rec, Some(&reply), &spec.options.sampling.stop);
+        rec.text_sha256 = Some(supply::digest::bytes_digest(reply.as_bytes(), supply::digest::Algorithm::Sha256));
+        rec.inconsistency = crate::record::output_inconsistency(&rec, Some(&reply), &spec.options.sampling.stop);
         if spec.options.keep_text {
             rec.text = Some(reply.clone());
         }
@@ -614,7 +606,7 @@ async fn stream_into(
     let first_deadline = start + timeouts.first_token;
     let (endpoint, body) = request_body(target, spec);
     rec.sent_s = Some(secs(Instant::now()));
-    rec.sent_cpu = crate::probe::current_cpu();
+    rec.sent_cpu = crate::os::current_cpu();
     let response = loop {
         let send = client.sending(rec.resent).post(&endpoint).json(&body).send();
         match tokio::time::timeout_at(first_deadline.min(total_deadline).into(), send).await {
@@ -636,7 +628,7 @@ async fn stream_into(
             tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
         return Err((
             ErrorClass::HttpStatus,
-            format!("HTTP {}: {}", status.as_u16(), crate::serving::one_line(&text, 200)),
+            format!("HTTP {}: {}", status.as_u16(), crate::one_line(&text, 200)),
         ));
     }
     let mut sse = SseParser::default();
@@ -727,7 +719,7 @@ async fn stream_into(
     }
 }
 
-/// The answer to `spec` with [`serving::PROBE_CANDIDATES`] log-probabilities per token: the
+/// The answer to `spec` with [`crate::record::PROBE_CANDIDATES`] log-probabilities per token: the
 /// request as measured, sent whole (not streamed), within the run's total timeout. OpenAI's chat
 /// shape (`logprobs.content`, which llama-server gives on either endpoint) and its legacy
 /// completions shape (`tokens`, `token_logprobs`, `top_logprobs`) are both read. `Err` says, on
@@ -737,12 +729,12 @@ pub async fn logprobs(
     target: &Runtime,
     spec: &Spec<'_>,
     timeouts: &Timeouts,
-) -> Result<Vec<serving::TokenChoice>, String> {
+) -> Result<Vec<crate::record::TokenChoice>, String> {
     if target.kind == Kind::Ollama {
         return Err("Ollama's API gives this client no log-probabilities".into());
     }
     let (endpoint, mut body) = request_body(target, spec);
-    let n = serving::PROBE_CANDIDATES;
+    let n = crate::record::PROBE_CANDIDATES;
     if let Some(fields) = body.as_object_mut() {
         fields.remove("stream_options");
         fields.insert("stream".into(), json!(false));
@@ -757,57 +749,17 @@ pub async fn logprobs(
         .ok_or_else(|| "the answer carries no log-probabilities in either of OpenAI's shapes".into())
 }
 
-/// `check_agreement`: every pair of targets compared answer by answer ([`serving::compare`]),
-/// and each prompt a pair's answers differed on asked again of both, alone, with
-/// log-probabilities ([`logprobs`], once per target and prompt however many pairs name it), its
-/// disagreement judged ([`serving::explain`]). `spec_of` gives the request for a prompt's name.
-pub async fn check_agreement<'a>(
-    client: &Http,
-    targets: &[Runtime],
-    records: &[RequestRecord],
-    spec_of: impl Fn(&str) -> Option<Spec<'a>>,
-    timeouts: &Timeouts,
-) -> Vec<serving::Agreement> {
-    let mut pairs = serving::compare(targets, records);
-    let mut asked: std::collections::HashMap<(String, String), Result<Vec<serving::TokenChoice>, String>> =
-        Default::default();
-    for pair in &mut pairs {
-        let prompts = serving::differing_prompts(pair);
-        if !prompts.is_empty() {
-            let [a, b] = &pair.targets;
-            println!(
-                "agreement: {a} and {b} differ on {} prompt(s); asking each again of both for log-probabilities",
-                prompts.len()
-            );
-        }
-        for prompt in prompts {
-            let Some(spec) = spec_of(&prompt) else { continue };
-            for name in &pair.targets {
-                let Some(target) = targets.iter().find(|t| &t.name == name) else { continue };
-                if let std::collections::hash_map::Entry::Vacant(slot) = asked.entry((name.clone(), prompt.clone())) {
-                    slot.insert(logprobs(client, target, &spec, timeouts).await);
-                }
-            }
-            let answer = |name: &String| &asked[&(name.clone(), prompt.clone())];
-            let loaded = serving::parted(pair, records, &prompt);
-            let e = serving::explain(&prompt, answer(&pair.targets[0]), answer(&pair.targets[1]), loaded);
-            pair.explanations.push(e);
-        }
-    }
-    pairs
-}
-
 /// A `logprobs` object's tokens, in either of OpenAI's shapes.
-fn token_choices(logprobs: &Value) -> Option<Vec<serving::TokenChoice>> {
+fn token_choices(logprobs: &Value) -> Option<Vec<crate::record::TokenChoice>> {
     let candidate = |token: &Value, logprob: &Value| {
-        Some(serving::Candidate { token: token.as_str()?.to_string(), logprob: logprob.as_f64()? })
+        Some(crate::record::Candidate { token: token.as_str()?.to_string(), logprob: logprob.as_f64()? })
     };
     if let Some(content) = logprobs.get("content").and_then(Value::as_array) {
         return content
             .iter()
             .map(|t| {
                 let top = t.get("top_logprobs")?.as_array()?;
-                Some(serving::TokenChoice {
+                Some(crate::record::TokenChoice {
                     chosen: candidate(t.get("token")?, t.get("logprob")?)?,
                     top: top.iter().map(|c| candidate(c.get("token")?, c.get("logprob")?)).collect::<Option<_>>()?,
                 })
@@ -825,11 +777,11 @@ fn token_choices(logprobs: &Value) -> Option<Vec<serving::TokenChoice>> {
         .zip(chosen)
         .zip(tops)
         .map(|((token, logprob), top)| {
-            let mut top: Vec<serving::Candidate> =
+            let mut top: Vec<crate::record::Candidate> =
                 top.as_object()?.iter().map(|(t, l)| candidate(&json!(t), l)).collect::<Option<_>>()?;
             // A JSON object has no order: best first.
             top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
-            Some(serving::TokenChoice { chosen: candidate(token, logprob)?, top })
+            Some(crate::record::TokenChoice { chosen: candidate(token, logprob)?, top })
         })
         .collect()
 }

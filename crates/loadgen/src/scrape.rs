@@ -1,14 +1,16 @@
 //! Scraping a target's Prometheus `/metrics` while a group runs (`--scrape-metrics`): a
 //! background task polls every replica at a fixed interval, parses the exposition
 //! (`prom_text_format_parser`, which reads the `vllm:`-style names with colons) and keeps the series a known server names
-//! ([`crate::serving::DIALECTS`]), each summed over its label sets.
+//! ([`crate::metrics::DIALECTS`]), each summed over its label sets.
 //!
 //! The first scrape is taken before [`Scraper::start`] returns, so before the group's first
 //! request, and the last when [`Scraper::finish`] is called after its last one ended: the
 //! counters' rises cover the whole group. A replica that answers 404 or 501 has no `/metrics`;
 //! it is recorded once and not asked again in that group.
 
-use crate::serving::{Runtime, Scrape, ServerSeries};
+use crate::record::Runtime;
+use crate::metrics::Scrape;
+use crate::metrics::ServerSeries;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -25,7 +27,7 @@ fn deadline(interval: Duration) -> Duration {
 /// `interval_s`: a scrape under way then runs first (a GET and its one resend, each within
 /// [`deadline`]), and a second is allowed for the client's own scheduling. The audit holds the
 /// scrapes to it; an interval no duration can hold (a forged file's) is read as the longest.
-pub(crate) fn last_scrape_within_s(interval_s: f64) -> f64 {
+pub fn last_scrape_within_s(interval_s: f64) -> f64 {
     let interval = Duration::try_from_secs_f64(interval_s).unwrap_or(Duration::MAX);
     2.0 * deadline(interval).as_secs_f64() + 1.0
 }
@@ -186,7 +188,7 @@ pub fn kept_series(exposition: &str) -> Result<BTreeMap<String, f64>, String> {
                 errors.first().map(|m| format!("line {}: {}", m.line_no.start + 1, m.error)).unwrap_or_default()
             }
         };
-        return Err(crate::serving::one_line(&first, 200));
+        return Err(crate::one_line(&first, 200));
     }
     let mut kept = BTreeMap::new();
     for metric in metrics {
@@ -199,7 +201,7 @@ pub fn kept_series(exposition: &str) -> Result<BTreeMap<String, f64>, String> {
                 _ => metric.name.clone(),
             };
             let v = sample.value.value.as_f64();
-            if v.is_finite() && crate::serving::server_kept(&name) {
+            if v.is_finite() && crate::metrics::kept(&name) {
                 *kept.entry(name).or_insert(0.0) += v;
             }
         }
@@ -210,7 +212,7 @@ pub fn kept_series(exposition: &str) -> Result<BTreeMap<String, f64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serving::ServerSeries;
+    use crate::metrics::ServerSeries;
 
     /// What `llama-server --metrics` (the build `scripts/build-llama-server.sh` makes) answered
     /// after one request of 53 prompt tokens and 4 generated, then the same request again (52
@@ -231,8 +233,8 @@ mod tests {
             round: 0,
             scrapes: vec![scrape(0.0, LLAMA_FIRST), scrape(1.0, LLAMA_AGAIN)],
         };
-        assert_eq!(crate::serving::series_problem(&series), None);
-        let row = crate::serving::server_columns(&[&series]);
+        assert_eq!(crate::metrics::series_problem(&series), None);
+        let row = crate::metrics::columns(&[&series]);
         assert_eq!(row["server_dialect"], "llama.cpp");
         // The second request: 1 token computed, 52 found cached, of 53 looked up.
         assert_eq!(row["server_prefix_hit_rate"].as_f64(), Some(52.0 / 53.0));
@@ -263,7 +265,7 @@ mod tests {
             ..Scrape::default()
         };
         let series = |scrapes| ServerSeries { runtime: "x".into(), load: "c1".into(), round: 0, scrapes };
-        let problem = |scrapes| crate::serving::series_problem(&series(scrapes));
+        let problem = |scrapes| crate::metrics::series_problem(&series(scrapes));
         assert_eq!(problem(vec![at(0.0, 1.0), at(1.0, 2.0)]), None);
         assert!(problem(vec![at(0.0, 2.0), at(1.0, 1.0)]).unwrap().contains("fell"));
         assert!(problem(vec![at(1.0, 1.0), at(0.5, 2.0)]).unwrap().contains("before"));
@@ -285,7 +287,7 @@ mod tests {
         };
         let scrapes = (0..100).map(|i| at(i as f64, if i == 99 { 50.0 } else { 1.0 })).collect();
         let series = ServerSeries { runtime: "x".into(), load: "c1".into(), round: 0, scrapes };
-        let row = crate::serving::server_columns(&[&series]);
+        let row = crate::metrics::columns(&[&series]);
         assert_eq!(row["server_scrape_ms_p50"].as_f64(), Some(1.0));
         assert_eq!(row["server_scrape_ms_max"].as_f64(), Some(50.0));
         let p99 = row["server_scrape_ms_p99"].as_f64().unwrap();

@@ -7,9 +7,9 @@
 //! span of time the machine kept that CPU from the client. The part of a request's send delay
 //! that overlaps such a span on the CPU it was sent from is held ([`split_send`]); the rest is
 //! what the client itself took. The summary's columns of the split are
-//! [`super::summary`]'s.
+//! serving-bench's.
 
-use super::record::RequestRecord;
+use crate::record::RequestRecord;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

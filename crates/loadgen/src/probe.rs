@@ -4,9 +4,11 @@
 //! in which the machine kept that CPU from the client: the kernel, or the host pausing the
 //! virtual CPU (on a VM whose host throttles it, one virtual CPU can stop before the other).
 //! The summary sets the part of each send delay that such a span overlaps apart from the
-//! client's own ([`crate::serving::split_send`]).
+//! client's own ([`crate::stall::split_send`]).
 
-use crate::serving::{MachineStalls, Stall};
+use crate::os::{allowed_cpus, pin, thread_cpu_time};
+use crate::stall::MachineStalls;
+use crate::stall::Stall;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +65,7 @@ impl Probe {
             let (start, started) = std::sync::mpsc::channel::<Instant>();
             let (ready, stop) = (ready.clone(), stop.clone());
             threads.push(std::thread::spawn(move || {
-                let set = pin(cpu).then(|| crate::load::realtime_priority(PROBE_PRIORITY));
+                let set = pin(cpu).then(|| crate::os::realtime_priority(PROBE_PRIORITY));
                 let _ = ready.send((cpu, set));
                 match (set, started.recv()) {
                     (Some(true), Ok(from)) => watch(cpu, from, &stop),
@@ -159,65 +161,6 @@ fn watch(cpu: usize, from: Instant, stop: &AtomicBool) -> Watched {
     watched
 }
 
-/// The CPUs the calling thread may run on.
-fn allowed_cpus() -> Option<Vec<usize>> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set, filled by the kernel for the calling
-        // thread (pid 0) with its own size passed.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        let got = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
-        (got == 0).then(|| (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
-    }
-    #[cfg(not(target_os = "linux"))]
-    None
-}
-
-/// Pins the calling thread to `cpu`; whether it took.
-fn pin(cpu: usize) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (`cpu` came
-        // from the allowed set, below CPU_SETSIZE); the call reads it with its own size.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = cpu;
-        false
-    }
-}
-
-/// The CPU time the calling thread has taken.
-fn thread_cpu_time() -> Duration {
-    #[cfg(target_os = "linux")]
-    {
-        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: the kernel fills the timespec passed.
-        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
-            return Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32);
-        }
-    }
-    Duration::ZERO
-}
-
-/// The CPU the calling thread runs on now (Linux), recorded with each send so that its delay is
-/// matched against that CPU's stalls.
-pub fn current_cpu() -> Option<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: a plain call with no arguments.
-        usize::try_from(unsafe { libc::sched_getcpu() }).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +175,7 @@ mod tests {
         let cpu = probe.cpus[0];
         std::thread::sleep(Duration::from_millis(20));
         let (from, to) = std::thread::spawn(move || {
-            assert!(pin(cpu) && crate::load::realtime_priority(PROBE_PRIORITY + 10));
+            assert!(pin(cpu) && crate::os::realtime_priority(PROBE_PRIORITY + 10));
             let from = Instant::now();
             while from.elapsed() < Duration::from_millis(5) {
                 std::hint::spin_loop();

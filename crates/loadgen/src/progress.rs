@@ -3,7 +3,7 @@
 //! output tokens per second; where stderr is not a terminal (a log file, CI) the same as a plain
 //! line every few seconds, since a bar would print nothing there.
 
-use crate::serving::RequestRecord;
+use crate::record::RequestRecord;
 use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -140,7 +140,7 @@ impl State {
     fn message(&self) -> String {
         let mut ttft: Vec<f64> = self.ttfts.iter().copied().collect();
         ttft.sort_by(f64::total_cmp);
-        let p50 = common::stats::percentile_sorted(&ttft, 50.0);
+        let p50 = records::stats::percentile_sorted(&ttft, 50.0);
         let latest = self.ends.iter().map(|e| e.0).fold(f64::NEG_INFINITY, f64::max);
         let since = (latest - RATE_WINDOW_S).max(self.group_start_s.unwrap_or(latest));
         let tokens: u64 = self.ends.iter().filter(|e| e.0 > since).map(|e| e.1).sum();
