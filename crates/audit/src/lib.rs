@@ -195,6 +195,7 @@ impl Audit<'_> {
         if let Err(panic) = guarded(|| check_claims(kind, stated, &body, &mut f)) {
             f.wrong("claims", "claims", format!("recomputing the claims panicked: {panic}"));
         }
+        f.settle_code();
         f.into_report(shown, Some(experiment), manifest_path)
     }
 

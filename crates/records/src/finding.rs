@@ -5,6 +5,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
+/// The check of [`Findings::differs_from_code`].
+const CODE: &str = "code";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -28,7 +31,7 @@ pub enum Severity {
 pub struct Finding {
     pub severity: Severity,
     /// Which check: parse, seal, schema, manifest, pin, source, parameters, expectations,
-    /// invariants, lacks.
+    /// invariants, code ([`Findings::differs_from_code`]), lacks.
     pub check: &'static str,
     /// The JSON path of the field concerned.
     pub field: String,
@@ -83,6 +86,24 @@ impl Findings {
     pub fn note(&mut self, check: &'static str, field: impl Into<String>, message: impl Into<String>) {
         self.add(Severity::Note, check, field, message)
     }
+    /// A text the code itself writes into every artifact (a metric's definition, a note on how
+    /// it measured) is not today's code's. Wrong when the run's code is today's; when the code
+    /// changed since the run ([`Findings::settle_code`]) it is stale instead: the older code may
+    /// have worded it otherwise, and a re-run says which.
+    pub fn differs_from_code(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.wrong(CODE, field, message)
+    }
+
+    /// Once the source check has run: if it found the code changed since the run, each
+    /// [`Findings::differs_from_code`] finding becomes stale, saying why.
+    pub fn settle_code(&mut self) {
+        let changed = self.0.iter().any(|f| f.check == "source" && f.severity == Severity::Stale);
+        for f in self.0.iter_mut().filter(|f| changed && f.check == CODE && f.severity == Severity::Wrong) {
+            f.severity = Severity::Stale;
+            f.message.push_str("; the code changed since the run and may have written it so: re-run it");
+        }
+    }
+
     pub fn into_report(self, artifact: String, experiment: Option<String>, manifest: Option<String>) -> Report {
         let verdict = match self.0.iter().map(|f| f.severity).max() {
             Some(Severity::Wrong) => Verdict::Wrong,
@@ -129,5 +150,29 @@ fn numbers_equal(a: &Value, b: &Value) -> bool {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_of_the_code_is_wrong_on_todays_code_and_stale_on_older_code() {
+        let mut today = Findings::default();
+        today.differs_from_code("notes", "are not what the code records");
+        today.settle_code();
+        assert_eq!(today.into_report("a".into(), None, None).verdict, Verdict::Wrong);
+
+        let mut older = Findings::default();
+        older.differs_from_code("notes", "are not what the code records");
+        older.add(Severity::Stale, "source", "provenance.source.sha256", "the code changed since the run");
+        older.wrong("invariants", "requests", "a forged record");
+        older.settle_code();
+        let notes = older.0.iter().find(|f| f.field == "notes").unwrap();
+        assert_eq!(notes.severity, Severity::Stale);
+        assert!(notes.message.contains("re-run"), "{}", notes.message);
+        // Nothing else is softened: a wrong invariant stays wrong.
+        assert_eq!(older.into_report("a".into(), None, None).verdict, Verdict::Wrong);
     }
 }

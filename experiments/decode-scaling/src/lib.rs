@@ -337,7 +337,7 @@ fn check(a: &Artifact, f: &mut Findings) {
     }
     common::experiment::check_model_id(&a.model_id, &a.provenance, f);
     if a.notes != NOTES {
-        f.wrong("invariants", "notes", "are not what the code records");
+        f.differs_from_code("notes", "are not what the code records");
     }
     let p = &a.parameters;
     let engines: &[Engine] = if p.stock { &[Engine::Ours, Engine::StockCandle] } else { &[Engine::Ours] };

@@ -99,7 +99,7 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
         ("arrival_policy", a.arrival_policy.as_str(), study::arrival_policy(&a.parameters).as_str()),
     ] {
         if recorded != code {
-            f.wrong("invariants", field, format!("`{recorded}` is not what the code writes for these parameters"));
+            f.differs_from_code(field, format!("`{recorded}` is not what the code writes for these parameters"));
         }
     }
     // Every configuration ran once per round, in the parameters' order, round after round.

@@ -322,7 +322,7 @@ fn recorded_facts(a: &crate::serving::ServingArtifact, f: &mut Findings) {
         || notes.keys().any(|k| !a.measurement_notes.contains_key(k))
         || probed != a.measurement_notes.contains_key("machine_stalls")
     {
-        f.wrong("invariants", "measurement_notes", "are not the definitions the code records");
+        f.differs_from_code("measurement_notes", "are not the definitions the code records");
     }
     // The artifact is completed just after provenance is collected, at the run's end.
     let (finished, completed) =

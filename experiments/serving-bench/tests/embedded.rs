@@ -281,11 +281,21 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     // ran at real-time priority contradicts it, though each alone is a note the code writes.
     let pacer = a.measurement_notes["send_pacer"].clone();
     assert!(pacer.contains("shares them"), "{pacer}");
-    let raised = serving_bench::load::workers_note(Some(serving_bench::load::Workers::Realtime)).unwrap();
+    let raised = loadgen::load::workers_note(Some(loadgen::os::Workers::Realtime)).unwrap();
     let edited = resealed(&out, |v| v["measurement_notes"]["client_workers"] = json!(raised));
     let report = audit_of(&edited);
     assert_eq!(report.verdict, audit::Verdict::Wrong);
     assert!(report.first_reason().contains("measurement_notes"), "{}", report.first_reason());
+    // Made by other code (its source hash not today's), the same note is stale, not wrong: that
+    // code may have worded its notes otherwise.
+    let edited = resealed(&out, |v| {
+        v["measurement_notes"]["client_workers"] = json!(raised);
+        v["provenance"]["source"]["sha256"] = json!("0".repeat(64));
+    });
+    let report = audit_of(&edited);
+    assert_eq!(report.verdict, audit::Verdict::Stale, "{:#?}", report.findings);
+    let notes = report.findings.iter().find(|f| f.field == "measurement_notes").expect("the notes are named");
+    assert!(notes.message.contains("re-run it"), "{}", notes.message);
 }
 
 #[test]
