@@ -127,9 +127,9 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
                 "invariants",
                 format!("runs[{i}]"),
                 format!(
-                    "{} chunk {:?} max {} round {}: the parameters' order gives {planned:?} here",
+                    "{} {} max {} round {}: the parameters' order gives {planned:?} here",
                     run.policy.name(),
-                    run.chunk_size,
+                    study::chunk_label(run.chunk_size),
                     run.max_active,
                     run.round
                 ),

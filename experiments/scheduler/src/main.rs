@@ -61,9 +61,9 @@ fn run(args: Args) -> Result<i32> {
             done += 1;
             let warm = round < params.warmup;
             tracing::info!(
-                "[{done}/{total}] {} chunk {:?} max_active {}{}",
+                "[{done}/{total}] {} {} max_active {}{}",
                 config.policy.name(),
-                config.chunk_size,
+                scheduler::study::chunk_label(config.chunk_size),
                 config.max_active,
                 if warm { " (warmup)" } else { "" }
             );

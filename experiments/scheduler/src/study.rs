@@ -332,6 +332,15 @@ pub struct SchedulerArtifact {
 }
 
 /// Compares per-job id lists; the first difference in job-id order.
+/// A run's chunking as a reader says it in a progress line or a finding: `chunk 64`, or
+/// `whole prompts` (no chunking).
+pub fn chunk_label(chunk_size: Option<usize>) -> String {
+    match chunk_size {
+        Some(c) => format!("chunk {c}"),
+        None => "whole prompts".into(),
+    }
+}
+
 pub fn compare_ids(source: &str, ours: &BTreeMap<String, Vec<u32>>, theirs: &BTreeMap<String, Vec<u32>>) -> Comparison {
     let mut jobs: Vec<&String> = ours.keys().chain(theirs.keys()).collect();
     jobs.sort();
@@ -361,9 +370,9 @@ pub fn consistency(runs: &[RunRecord]) -> (bool, Vec<String>) {
             let cmp = compare_ids("first run", &run_ids(run), &reference);
             cmp.first_difference.map(|d| {
                 format!(
-                    "{} chunk {:?} round {}: job {} token {} is {:?}, first run had {:?}",
+                    "{} {} round {}: job {} token {} is {:?}, first run had {:?}",
                     run.policy.name(),
-                    run.chunk_size,
+                    chunk_label(run.chunk_size),
                     run.round,
                     d.job,
                     d.index,

@@ -173,7 +173,10 @@ fn changed_code_or_manifest_makes_an_artifact_stale_not_wrong() {
 
     let lib = s.ws.root.join("crates/records/src/stats.rs");
     let original = std::fs::read_to_string(&lib).unwrap();
-    std::fs::write(&lib, format!("{original}\n// a change\n")).unwrap();
+    // A comment is not code: the artifact stays current.
+    std::fs::write(&lib, format!("{original}\n// a reviewer's remark\n")).unwrap();
+    assert_eq!(s.audit(&path).verdict, Verdict::Ok);
+    std::fs::write(&lib, format!("{original}\nconst _CHANGED: u8 = 1;\n")).unwrap();
     let r = s.audit(&path);
     assert_eq!(r.verdict, Verdict::Stale, "{:#?}", r.findings);
     assert!(r.first_reason().starts_with("provenance.source.sha256: the code changed"), "{}", r.first_reason());
