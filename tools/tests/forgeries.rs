@@ -7,7 +7,7 @@
 //!
 //! An edit either is caught (the audit finds something wrong or stale that it did not find in the
 //! untouched artifact, so the verdict does not depend on whether the committed artifacts are fresh),
-//! or is undone by the recomputation (the field derives from others), or passes. A forgery that passes must be one the README lists as
+//! or is undone by the recomputation (the field derives from others), or passes. A forgery that passes must be one docs/audit.md lists as
 //! consistent with every recorded event: [`CONSISTENT`] is that list, and the test fails on any
 //! other. It prints what it counted.
 //!
@@ -103,10 +103,10 @@ impl Edit {
     }
 }
 
-/// What no audit can tell from the rest of an artifact, field by field: the README's list of
+/// What no audit can tell from the rest of an artifact, field by field: docs/audit.md's list of
 /// forgeries that are consistent with every recorded event. A pattern is a field path with `[]`
 /// for any index and a trailing `*` for anything below; `edits` are the edits that may pass
-/// there (empty: any). The README's table is this list.
+/// there (empty: any). docs/audit.md's table is this list.
 const CONSISTENT: &[(&str, &[&str], &str)] = &[
     // Facts of the machine, the build and the checkout that no other field records.
     ("provenance.host.*", &[], "fact"),

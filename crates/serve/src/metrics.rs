@@ -1,6 +1,6 @@
 //! `/metrics`: the server's state in Prometheus' text exposition (version 0.0.4, what every
 //! scraper and the serving client read), so that a benchmark can say why a latency was what it
-//! was. Names carry our prefix `serve_` and vLLM's meanings; the README maps each to vLLM's.
+//! was. Names carry our prefix `serve_` and vLLM's meanings; docs/server.md maps each to vLLM's.
 //!
 //! Two sources: gauges and counters that `/health` already keeps ([`EngineState`], the KV pool)
 //! are read when scraped, by a collector, so the two endpoints can never disagree; per-request
