@@ -59,7 +59,7 @@ fn a_prompt_prefilled_whole_in_chunks_or_token_by_token_gives_the_same_logits() 
     let qwen = &model.model;
     // A prompt of over two key tiles, so that chunks start and end inside tiles.
     let prompt: Vec<u32> = prompts(&model).concat().repeat(4);
-    assert!(prompt.len() > 2 * common::kernel::TILE, "{} tokens", prompt.len());
+    assert!(prompt.len() > 2 * common::qwen::KvPool::BLOCK_POSITIONS, "{} tokens", prompt.len());
     let logits = |chunk: usize| -> Vec<Vec<f32>> {
         let mut cache = qwen.new_cache(prompt.len() + 2).unwrap();
         let mut last = Vec::new();

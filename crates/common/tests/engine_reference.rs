@@ -44,7 +44,7 @@ fn seed_jobs(reference: &Reference, suffix: &str) -> Vec<Job> {
 
 /// The tightest KV budget `jobs` run under: the longest job's whole length, in blocks.
 fn tightest_budget(jobs: &[Job]) -> usize {
-    let tile = common::kernel::TILE;
+    let tile = common::qwen::KvPool::BLOCK_POSITIONS;
     jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap()
 }
 
@@ -70,7 +70,7 @@ fn greedy_ids_equal_transformers_for_every_policy_chunk_and_limit() {
     let model = LoadedModel::load(&support::tiny_dir()).unwrap();
     let reference = reference();
     let jobs = seed_jobs(&reference, "");
-    let (tile, tight) = (common::kernel::TILE, tightest_budget(&jobs));
+    let (tile, tight) = (common::qwen::KvPool::BLOCK_POSITIONS, tightest_budget(&jobs));
     let mut checked = 0;
     let mut preempted = 0;
     for policy in Policy::ALL {
@@ -214,7 +214,7 @@ fn greedy_ids_after_long_prompts_equal_transformers_whole_chunked_and_preempted(
     // Whole prompts one at a time; all three side by side, prefilled in chunks; and prefilled by
     // turns under a budget that holds the longest request and little more, so that they preempt
     // each other.
-    let tile = common::kernel::TILE;
+    let tile = common::qwen::KvPool::BLOCK_POSITIONS;
     let longest = (8192 + 8usize).div_ceil(tile) * tile;
     let configs = [
         RunConfig { policy: Policy::Fifo, chunk_size: None, max_active: 1, kv_budget: None, prefix_cache: false },

@@ -43,7 +43,7 @@ fn a_seed_draws_the_same_ids_under_every_policy_chunk_budget_and_prefix_cache() 
 
 fn same_ids_however_scheduled(model: &LoadedModel, sampling: Sampling) {
     let jobs = seed_jobs(model, sampling);
-    let tile = common::kernel::TILE;
+    let tile = common::qwen::KvPool::BLOCK_POSITIONS;
     // The longest job's whole length: any tighter and it could never run.
     let tight = jobs.iter().map(|j| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile) * tile).max().unwrap();
     let alone =

@@ -28,7 +28,7 @@ pub use supply::weights::WeightDtype;
 
 mod kv;
 use kv::{Blocks, Store};
-pub use kv::{Cache, KvPool};
+pub use kv::{Cache, KvBudget, KvPool};
 
 /// Rows a forward takes through the layers at once ([`Qwen2::last_hidden`] slices longer ones):
 /// enough that each weight read serves many rows, few enough that a slice's intermediates stay
@@ -360,6 +360,26 @@ impl Qwen2 {
     /// allocation): for a run to check that its sessions fit before it makes them.
     pub fn cache_bytes(&self, capacity: usize) -> usize {
         capacity.min(self.max_positions).div_ceil(kernel::TILE).saturating_mul(self.block_bytes())
+    }
+
+    /// Bytes one position takes in a pool: every layer's keys and values of it.
+    pub fn position_bytes(&self) -> usize {
+        self.block_bytes() / KvPool::BLOCK_POSITIONS
+    }
+
+    /// A budget in this model's positions: as given, or the whole positions its bytes hold.
+    pub fn budget_positions(&self, budget: KvBudget) -> usize {
+        let n = match budget {
+            KvBudget::Positions(n) => n,
+            KvBudget::Bytes(b) => b / self.position_bytes().max(1) as u64,
+        };
+        usize::try_from(n).unwrap_or(usize::MAX)
+    }
+
+    /// A pool within a budget of `positions` (its whole blocks, at least one), keeping full
+    /// blocks for reuse by content when `reuse` is set.
+    pub fn kv_pool_within(&self, positions: usize, reuse: bool) -> Result<std::sync::Arc<KvPool>> {
+        self.kv_pool(KvPool::blocks_within(positions).max(1), reuse)
     }
 
     /// A pool of `blocks` blocks for this model's caches (allocated zeroed, its pages resident
@@ -740,6 +760,27 @@ mod tests {
 
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn the_pool_turns_positions_and_bytes_into_whole_blocks() {
+        let (_tmp, loaded) = crate::stepper::tests::tiny();
+        let model = &loaded.model;
+        let block = KvPool::BLOCK_POSITIONS;
+        // A request's positions round up to whole blocks; a budget's round down.
+        assert_eq!([KvPool::blocks_for(0), KvPool::blocks_for(1), KvPool::blocks_for(block)], [0, 1, 1]);
+        assert_eq!(KvPool::blocks_for(block + 1), 2);
+        assert_eq!([KvPool::blocks_within(block - 1), KvPool::blocks_within(2 * block + 1)], [0, 2]);
+        // Bytes are whole positions of this model: three blocks' bytes are three blocks.
+        assert_eq!(model.position_bytes() * block, model.block_bytes());
+        let bytes = 3 * model.block_bytes() as u64;
+        assert_eq!(model.budget_positions(KvBudget::Bytes(bytes)), 3 * block);
+        assert_eq!(model.budget_positions(KvBudget::Bytes(bytes + 1)), 3 * block);
+        assert_eq!(model.budget_positions(KvBudget::Positions(100)), 100);
+        // A pool within a budget holds its whole blocks, at least one.
+        let pool = model.kv_pool_within(3 * block + 5, false).unwrap();
+        assert_eq!((pool.blocks(), pool.positions()), (3, 3 * block));
+        assert_eq!(model.kv_pool_within(1, false).unwrap().blocks(), 1);
     }
 
     #[test]

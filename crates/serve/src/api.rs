@@ -14,6 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use common::qwen::KvPool;
 use common::session::FinishReason;
 use common::template::Message;
 use futures_util::StreamExt;
@@ -159,14 +160,13 @@ fn prepare(state: &AppState, endpoint: Endpoint, request: GenerationRequest) -> 
         None => DEFAULT_MAX_TOKENS.min(room),
     };
     // The whole request must fit the KV budget, or it could never finish.
-    let tile = common::kernel::TILE;
-    let needed = (prompt_ids.len() + max_tokens).div_ceil(tile);
+    let needed = KvPool::blocks_for(prompt_ids.len() + max_tokens);
     if needed > state.kv.blocks() {
-        let (field, budget) = (request.max_tokens_field, state.kv.blocks() * tile);
+        let (field, budget) = (request.max_tokens_field, state.kv.positions());
         let message = format!(
             "prompt of {} tokens plus {field} {max_tokens} needs {} positions of KV cache, more than the server's budget of {budget}; lower {field} or raise the server's --kv-budget",
             prompt_ids.len(),
-            needed * tile
+            needed * KvPool::BLOCK_POSITIONS
         );
         return Err(Rejection::bad(field, message));
     }
@@ -544,7 +544,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         "completed": e.completed.load(Ordering::SeqCst), "cancelled": e.cancelled.load(Ordering::SeqCst),
         "rejected": e.rejected.load(Ordering::SeqCst), "failed": e.failed.load(Ordering::SeqCst),
         "kv": {
-            "blocks": state.kv.blocks(), "used": state.kv.used_blocks(), "block_positions": common::kernel::TILE,
+            "blocks": state.kv.blocks(), "used": state.kv.used_blocks(), "block_positions": KvPool::BLOCK_POSITIONS,
             "block_bytes": state.kv.block_bytes(), "budget_bytes": state.kv.blocks() * state.kv.block_bytes(),
             "peak_bytes": state.kv.peak_bytes(), "preemptions": e.preemptions.load(Ordering::SeqCst),
         },

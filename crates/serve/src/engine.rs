@@ -9,6 +9,7 @@ use super::stop::StopText;
 use super::Settings;
 use common::load::LoadedModel;
 use common::sample::Sampling;
+use common::qwen::KvPool;
 use common::session::{FinishReason, Session, StepKind, StepOutcome};
 use common::stepper::{StepTimes, Stepper};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -163,9 +164,9 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
                             state.failed.fetch_add(1, Ordering::SeqCst);
                             let reason = format!(
                                 "{} positions of KV cache do not fit the server's budget of {} blocks of {}",
-                                session.blocks_at_most() * common::kernel::TILE,
+                                session.blocks_at_most() * KvPool::BLOCK_POSITIONS,
                                 settings.kv.blocks(),
-                                common::kernel::TILE
+                                KvPool::BLOCK_POSITIONS
                             );
                             let _ = job.tx.send(Event::Error(reason));
                             continue;

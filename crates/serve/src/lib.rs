@@ -73,7 +73,7 @@ pub struct ServerConfig {
 /// The KV budget a server takes when none is given, in positions: half the memory available
 /// when it starts, and no more than `max_active` requests of the model's whole context need.
 pub fn default_kv_budget(model: &LoadedModel, max_active: usize) -> usize {
-    let per_position = model.model.block_bytes() / common::kernel::TILE;
+    let per_position = model.model.position_bytes();
     let memory = common::budget::available_bytes() / 2 / per_position.max(1) as u64;
     let contexts = max_active.saturating_mul(model.config.max_position_embeddings);
     usize::try_from(memory).unwrap_or(usize::MAX).min(contexts)
@@ -162,7 +162,7 @@ pub async fn spawn(
     let budget = config.kv_budget.unwrap_or_else(|| default_kv_budget(&model, config.max_active.max(1)));
     let kv = model
         .model
-        .kv_pool((budget / common::kernel::TILE).max(1), config.prefix_cache)
+        .kv_pool_within(budget, config.prefix_cache)
         .map_err(std::io::Error::other)?;
     let metrics = Arc::new(metrics::Metrics::new(engine.clone(), kv.clone()));
     let settings = Settings {

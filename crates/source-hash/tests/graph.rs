@@ -440,3 +440,32 @@ fn a_loop_between_sibling_modules_is_found_and_a_parent_child_pair_is_not_one() 
     edges.entry(module("manifest")).or_default().insert(module("claim"));
     assert_eq!(find_cycle(&edges), Some(vec![module("claim"), module("manifest"), module("claim")]));
 }
+
+/// Blocks are the KV pool's unit, and the pool says what they hold (`KvPool::BLOCK_POSITIONS`,
+/// `blocks_for`, `blocks_within`): no code outside the engine, tests included, turns positions
+/// into blocks with the attention kernel's `TILE`, which may change apart from the pool's blocks.
+#[test]
+fn no_code_outside_the_engine_names_the_kernel_tile() {
+    fn names(stream: proc_macro2::TokenStream, ident: &str) -> bool {
+        stream.into_iter().any(|tree| match tree {
+            proc_macro2::TokenTree::Ident(i) => i == ident,
+            proc_macro2::TokenTree::Group(g) => names(g.stream(), ident),
+            _ => false,
+        })
+    }
+    let root = real();
+    let mut offenders = Vec::new();
+    for group in ["crates", "experiments", "tools"] {
+        for file in rust_files(&root.join(group)) {
+            if file.starts_with(root.join("crates/engine")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let stream: proc_macro2::TokenStream = text.parse().unwrap_or_else(|e| panic!("not Rust: {e:?}"));
+            if names(stream, "TILE") {
+                offenders.push(file.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "the kernel's TILE named outside crates/engine: {offenders:?}");
+}

@@ -15,6 +15,7 @@
 use common::chart::{cell, Chart, Lines, Section};
 use common::evidence::{ClaimResult, Observation};
 use common::experiment::{read_as, Experiment, ExperimentError, Flags, ReportOptions};
+use common::qwen::KvPool;
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
@@ -85,7 +86,7 @@ impl Parameters {
     }
 
     pub fn validate(&self) -> Result<(), Invalid> {
-        let tile = common::kernel::TILE;
+        let tile = KvPool::BLOCK_POSITIONS;
         let bad = |field: &str, message: String| Err(Invalid::new(format!("parameters.{field}"), message));
         for (name, len) in [("prefix_tokens", self.prefix_tokens.len()), ("shares", self.shares.len())] {
             if len == 0 {
@@ -115,7 +116,7 @@ impl Parameters {
         }
         let longest =
             self.prefix_tokens.iter().max().copied().unwrap_or(0) + self.question_tokens + self.max_new_tokens;
-        let needs = longest.div_ceil(tile) * tile;
+        let needs = KvPool::blocks_for(longest) * tile;
         if let Some(i) = self.kv_budgets.iter().position(|b| b.is_some_and(|b| b < needs || b > 1 << 40)) {
             return bad(
                 &format!("kv_budgets[{i}]"),
@@ -378,7 +379,6 @@ impl Experiment for PrefixCache {
 
     fn audit(&self, a: &Artifact, expectations: Option<&Expectations>, f: &mut Findings) {
         let p = &a.parameters;
-        let tile = common::kernel::TILE;
         let points: Vec<String> = p.points().into_iter().map(|(pr, s, b)| point_label(pr, s, b)).collect();
         if a.runs.len() != points.len() * 2 * p.rounds {
             f.wrong(
@@ -455,8 +455,8 @@ impl Experiment for PrefixCache {
             }
             // The pool: its budget in whole blocks, or every job whole.
             let blocks = match run.kv_budget {
-                Some(b) => b / tile,
-                None => prompts.iter().map(|q| (q.len() + p.max_new_tokens).div_ceil(tile)).sum(),
+                Some(b) => KvPool::blocks_within(b),
+                None => prompts.iter().map(|q| KvPool::blocks_for(q.len() + p.max_new_tokens)).sum(),
             };
             if blocks.checked_mul(a.block_bytes) != Some(run.kv_pool_bytes)
                 || a.block_bytes == 0

@@ -5,6 +5,7 @@ use crate::study::{self, Expectations, SchedulerArtifact};
 use common::experiment::ExperimentError;
 use common::finding::Findings;
 use common::manifest::Invalid;
+use common::qwen::KvPool;
 use common::weights::WeightDtype;
 use serde_json::Value;
 
@@ -155,13 +156,12 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
     // (its prompt and all its tokens but the last), each run's pool its budget (or room for every
     // job's whole length), its peak within the pool and above any one request's; a request's
     // preemptions are those its run's timeline records.
-    let tile = common::kernel::TILE;
     let mut per_block: Option<usize> = None;
     let jobs: std::collections::BTreeMap<&str, &study::JobRecord> = a.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     for (i, run) in a.runs.iter().enumerate() {
         for (j, r) in run.requests.iter().enumerate() {
             let Some(job) = jobs.get(r.id.as_str()) else { continue };
-            let blocks = job.prompt_tokens.saturating_add(r.output_ids.len().saturating_sub(1)).div_ceil(tile).max(1);
+            let blocks = KvPool::blocks_for(job.prompt_tokens.saturating_add(r.output_ids.len().saturating_sub(1))).max(1);
             let each = *per_block.get_or_insert(r.kv_cache_bytes / blocks);
             if each.checked_mul(blocks) != Some(r.kv_cache_bytes) || each == 0 {
                 return f.wrong(
@@ -182,11 +182,11 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
         }
         let Some(each) = per_block else { continue };
         let pool_blocks = match run.kv_budget {
-            Some(budget) => budget / tile,
+            Some(budget) => KvPool::blocks_within(budget),
             None => a
                 .jobs
                 .iter()
-                .map(|j| j.prompt_tokens.saturating_add(j.max_new_tokens).div_ceil(tile))
+                .map(|j| KvPool::blocks_for(j.prompt_tokens.saturating_add(j.max_new_tokens)))
                 .fold(0, usize::saturating_add),
         };
         let largest = run.requests.iter().map(|r| r.kv_cache_bytes).max().unwrap_or(0);

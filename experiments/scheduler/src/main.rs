@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use common::experiment::{claims_table, judge_claims, prepare};
+use common::qwen::KvPool;
 use common::qwen::WeightDtype;
 use common::sample::Sampling;
 use common::schedule::{self, request_metrics, Job};
@@ -205,7 +206,7 @@ fn check_memory(params: &Parameters, jobs: &[Job], model: &common::load::LoadedM
         per_round = per_round.saturating_add(records);
         // The run's KV pool: its budget, or room for every job's whole length.
         let pool = match config.kv_budget {
-            Some(budget) => model.model.cache_bytes(budget / common::kernel::TILE * common::kernel::TILE) as u64,
+            Some(budget) => model.model.cache_bytes(KvPool::blocks_within(budget) * KvPool::BLOCK_POSITIONS) as u64,
             None => jobs.iter().map(cache).sum(),
         };
         caches = caches.max(pool);

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 mod serve;
 mod values;
 
-pub use serve::{KvBudget, KvBudgetError, ServeArgs};
+pub use serve::{kv_budget, KvBudgetError, ServeArgs};
 use values::scrape_interval;
 pub use values::{rate, seconds, slo, Rate, RateError, SecondsError, SloError};
 

@@ -5,6 +5,7 @@ use crate::measure::model_name;
 use crate::ServingBench;
 use anyhow::{Context, Result};
 use common::experiment::{load_model, ModelArgs};
+use common::qwen::KvPool;
 use serve::ServerConfig;
 use std::io::Write;
 
@@ -29,7 +30,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections as usize,
         header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
         idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
-        kv_budget: args.kv_budget.map(|b| b.positions(model.loaded.model.block_bytes() / common::kernel::TILE)),
+        kv_budget: args.kv_budget.map(|b| model.loaded.model.budget_positions(b)),
         prefix_cache: !args.no_prefix_cache,
         ..ServerConfig::new(name.clone())
     };
@@ -56,9 +57,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let kv = &running.kv;
     println!(
         "KV cache: {} positions in {} blocks of {} ({}), {}",
-        kv.blocks() * common::kernel::TILE,
+        kv.positions(),
         kv.blocks(),
-        common::kernel::TILE,
+        KvPool::BLOCK_POSITIONS,
         common::budget::human((kv.blocks() * kv.block_bytes()) as u128),
         if args.kv_budget.is_some() { "from --kv-budget" } else { "half the memory available (--kv-budget sets it)" }
     );

@@ -43,7 +43,36 @@ impl Blocks {
     }
 }
 
+/// A KV budget as a user gives it: positions, or bytes of the pool
+/// ([`super::Qwen2::budget_positions`] turns either into this model's positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBudget {
+    Positions(u64),
+    Bytes(u64),
+}
+
 impl KvPool {
+    /// Positions one block holds: the unit a pool is made of and a cache grows by, so every
+    /// budget rounds down to it and every request's positions up to it. Callers ask the pool
+    /// (this, [`KvPool::blocks_for`], [`KvPool::blocks_within`]) rather than the attention
+    /// kernel's tile, which it is today.
+    pub const BLOCK_POSITIONS: usize = kernel::TILE;
+
+    /// The blocks `positions` positions take: whole blocks, rounded up.
+    pub fn blocks_for(positions: usize) -> usize {
+        positions.div_ceil(Self::BLOCK_POSITIONS)
+    }
+
+    /// The whole blocks a budget of `positions` positions holds, rounded down.
+    pub fn blocks_within(positions: usize) -> usize {
+        positions / Self::BLOCK_POSITIONS
+    }
+
+    /// Positions it holds, all its blocks together.
+    pub fn positions(&self) -> usize {
+        self.blocks.saturating_mul(Self::BLOCK_POSITIONS)
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, Blocks> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

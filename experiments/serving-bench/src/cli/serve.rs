@@ -3,6 +3,7 @@
 use super::values::seconds;
 use clap::Args;
 use common::policy::Policy;
+use common::qwen::KvBudget;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -55,7 +56,7 @@ pub struct ServeArgs {
     /// The KV cache's budget, shared by every request: positions (`65536`), or bytes with a unit
     /// (`4GB`, `512MiB`); requests wait for blocks and the most recent are preempted when a
     /// step needs more [default: half the memory available, at most --max-active whole contexts].
-    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = KvBudget::parse)]
+    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = kv_budget)]
     pub kv_budget: Option<KvBudget>,
     /// Compute every prompt whole: keep no KV blocks for later prompts with the same prefix
     /// (reuse is on by default, as in llama-server, vLLM and SGLang).
@@ -63,52 +64,35 @@ pub struct ServeArgs {
     pub no_prefix_cache: bool,
 }
 
-/// A KV cache budget as given: positions, or bytes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KvBudget {
-    Positions(u64),
-    Bytes(u64),
-}
-
 /// A `--kv-budget` that is neither a count of positions nor bytes with a unit.
 #[derive(Debug, thiserror::Error)]
 #[error("`{0}` is not a KV budget: give positions (65536) or bytes with a unit (4GB, 512MiB, 1.5GiB)")]
 pub struct KvBudgetError(String);
 
-impl KvBudget {
-    pub fn parse(s: &str) -> Result<Self, KvBudgetError> {
-        let bad = || KvBudgetError(s.to_string());
-        let t = s.trim();
-        if let Ok(n) = t.parse::<u64>() {
-            return (n > 0).then_some(KvBudget::Positions(n)).ok_or_else(bad);
-        }
-        let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?;
-        let (number, unit) = t.split_at(split);
-        let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "b" => 1.0,
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            "tb" => 1e12,
-            "kib" => 1024.0,
-            "mib" => 1024.0 * 1024.0,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
-            "tib" => 1024.0f64.powi(4),
-            _ => return Err(bad()),
-        };
-        let bytes = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
-        if !(bytes.is_finite() && (1.0..=1e15).contains(&bytes)) {
-            return Err(bad());
-        }
-        Ok(KvBudget::Bytes(bytes as u64))
+/// A `--kv-budget`: positions (`65536`), or bytes with a unit (`4GB`, `512MiB`, `1.5GiB`).
+pub fn kv_budget(s: &str) -> Result<KvBudget, KvBudgetError> {
+    let bad = || KvBudgetError(s.to_string());
+    let t = s.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        return (n > 0).then_some(KvBudget::Positions(n)).ok_or_else(bad);
     }
-
-    /// In positions, for a model whose positions take `bytes_per_position` each.
-    pub fn positions(self, bytes_per_position: usize) -> usize {
-        let n = match self {
-            KvBudget::Positions(n) => n,
-            KvBudget::Bytes(b) => b / bytes_per_position.max(1) as u64,
-        };
-        usize::try_from(n).unwrap_or(usize::MAX)
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?;
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0f64.powi(4),
+        _ => return Err(bad()),
+    };
+    let bytes = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
+    if !(bytes.is_finite() && (1.0..=1e15).contains(&bytes)) {
+        return Err(bad());
     }
+    Ok(KvBudget::Bytes(bytes as u64))
 }

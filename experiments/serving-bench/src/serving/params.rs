@@ -219,10 +219,11 @@ impl Parameters {
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
-        if let Some(b) = self.server_kv_budget.filter(|b| *b < common::kernel::TILE || *b > 1 << 40) {
+        let block = common::qwen::KvPool::BLOCK_POSITIONS;
+        if let Some(b) = self.server_kv_budget.filter(|b| *b < block || *b > 1 << 40) {
             return Err(Invalid::new(
                 "server_kv_budget",
-                format!("{b}: must be at least one block of {} positions and at most 2^40", common::kernel::TILE),
+                format!("{b}: must be at least one block of {block} positions and at most 2^40"),
             ));
         }
         Ok(())
