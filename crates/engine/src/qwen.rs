@@ -346,7 +346,7 @@ impl Qwen2 {
     pub fn decode_step_bytes(&self, context: usize) -> StepBytes {
         let layers = self.layer_bytes();
         let head = self.lm_head.screen.as_ref().map_or_else(|| self.lm_head.bytes(), Screen::bytes);
-        let kv = context.saturating_mul(self.block_bytes() / kernel::TILE);
+        let kv = context.saturating_mul(self.position_bytes());
         StepBytes { layers, head, kv }
     }
 
@@ -359,7 +359,7 @@ impl Qwen2 {
     /// Bytes a cache for `capacity` positions takes in whole blocks ([`Self::new_cache`]'s
     /// allocation): for a run to check that its sessions fit before it makes them.
     pub fn cache_bytes(&self, capacity: usize) -> usize {
-        capacity.min(self.max_positions).div_ceil(kernel::TILE).saturating_mul(self.block_bytes())
+        KvPool::blocks_for(capacity.min(self.max_positions)).saturating_mul(self.block_bytes())
     }
 
     /// Bytes one position takes in a pool: every layer's keys and values of it.
@@ -417,7 +417,7 @@ impl Qwen2 {
     /// what a session alone or a benchmark needs, which can never run out.
     pub fn new_cache(&self, capacity: usize) -> Result<Cache> {
         let capacity = capacity.min(self.max_positions);
-        let pool = self.kv_pool(capacity.div_ceil(kernel::TILE), false)?;
+        let pool = self.kv_pool(KvPool::blocks_for(capacity), false)?;
         let mut cache = self.cache_in(&pool, capacity);
         cache.reserve(capacity)?;
         Ok(cache)

@@ -8,6 +8,7 @@
 
 use crate::load::LoadedModel;
 use crate::policy::Policy;
+use crate::qwen::KvPool;
 use crate::sample::Sampling;
 use crate::session::{BudgetError, EngineError, FinishReason, Session, StepKind};
 use crate::stepper::Stepper;
@@ -250,11 +251,11 @@ fn peak_rss() -> Option<u64> {
 /// Runs `jobs` (in arrival order) to completion under `config`: each job is admitted once it
 /// has arrived and a slot is free, and the shared stepping loop ([`Stepper`]) steps it.
 pub fn run(model: &LoadedModel, jobs: &[Job], config: RunConfig) -> Result<RunOutcome, EngineError> {
-    let tile = crate::kernel::TILE;
-    let whole = |j: &Job| (j.prompt_ids.len() + j.max_new_tokens).div_ceil(tile);
+    let tile = KvPool::BLOCK_POSITIONS;
+    let whole = |j: &Job| KvPool::blocks_for(j.prompt_ids.len() + j.max_new_tokens);
     let blocks = match config.kv_budget {
         Some(budget) => {
-            let blocks = budget / tile;
+            let blocks = KvPool::blocks_within(budget);
             if let Some(job) = jobs.iter().find(|j| whole(j) > blocks) {
                 let needs = whole(job);
                 return Err(BudgetError { budget, blocks, tile, job: job.id.clone(), needs }.into());

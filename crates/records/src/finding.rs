@@ -97,8 +97,10 @@ impl Findings {
     /// Once the source check has run: if it found the code changed since the run, each
     /// [`Findings::differs_from_code`] finding becomes stale, saying why.
     pub fn settle_code(&mut self) {
-        let changed = self.0.iter().any(|f| f.check == "source" && f.severity == Severity::Stale);
-        for f in self.0.iter_mut().filter(|f| changed && f.check == CODE && f.severity == Severity::Wrong) {
+        if !self.0.iter().any(|f| f.check == "source" && f.severity == Severity::Stale) {
+            return;
+        }
+        for f in self.0.iter_mut().filter(|f| f.check == CODE && f.severity == Severity::Wrong) {
             f.severity = Severity::Stale;
             f.message.push_str("; the code changed since the run and may have written it so: re-run it");
         }
