@@ -25,7 +25,7 @@ fn a_report_marks_an_artifact_the_audit_finds_wrong() {
         .find(|p| !p.to_string_lossy().contains("+custom"))
         .expect("a committed scheduler artifact");
     let tmp = tempfile::tempdir().unwrap();
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&committed).unwrap()).unwrap();
+    let mut v: Value = common::artifact::read_artifact(&committed).unwrap();
     v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
     v["summary"][0]["ttft_ms"]["p50"] = json!(0.001);
     let seal = common::artifact::seal(&v);

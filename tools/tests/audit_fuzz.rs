@@ -28,7 +28,7 @@ fn read_seeds() -> Vec<Value> {
     for e in EXPERIMENTS {
         let files = audit::artifact_files(&ws.artifacts_dir().join(e.name()));
         if let Some(newest) = files.iter().filter(|f| !f.to_string_lossy().contains("+custom")).max() {
-            let mut v: Value = serde_json::from_slice(&std::fs::read(newest).unwrap()).unwrap();
+            let mut v: Value = common::artifact::read_artifact(newest).unwrap();
             v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
             out.push(v);
         }

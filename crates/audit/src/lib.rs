@@ -111,10 +111,13 @@ impl Audit<'_> {
             ),
             Err(e) => f.wrong("seal", SEAL_KEY, e.to_string()),
         }
-        let mut body = value.clone();
-        if let Some(map) = body.as_object_mut() {
-            map.remove(SEAL_KEY);
-        }
+        let body = match common::artifact::body(value) {
+            Ok(body) => body,
+            Err(e) => {
+                f.wrong("format", e.field(), e.to_string());
+                return f.into_report(shown, None, None);
+            }
+        };
         let experiment = body.pointer("/provenance/experiment").and_then(Value::as_str).map(str::to_string);
         let version = body.pointer("/provenance/schema_version").and_then(Value::as_u64);
         let Some(experiment) = experiment else {

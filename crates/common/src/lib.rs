@@ -11,7 +11,7 @@
 pub use engine::{
     greedy, kernel, load, memory, policy, prefix, qwen, sample, schedule, session, stepper, stock, template,
 };
-pub use records::{artifact, budget, build_facts, chart, evidence, finding, provenance, schema, stats};
+pub use records::{artifact, budget, build_facts, chart, columns, evidence, finding, provenance, schema, stats};
 pub use supply::{claim, config, digest, generate, gguf, manifest, pin, resolve, weights, workspace};
 
 pub use engine::threads as engine_threads;

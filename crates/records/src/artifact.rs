@@ -2,7 +2,8 @@
 //! user name or a secret in them.
 //!
 //! Redaction runs on the finished JSON value, just before it is written, so no field added later
-//! can slip past it.
+//! can slip past it. Long arrays of records are then stored as columns ([`crate::columns`]) and
+//! the seal is taken over that stored form; readers check the seal, then unpack.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -17,6 +18,8 @@ pub enum ArtifactError {
     Io { path: String, cause: std::io::Error },
     #[error("cannot serialise the artifact: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("{path}: {cause}")]
+    Unpack { path: String, cause: crate::columns::UnpackError },
 }
 
 /// Where an artifact of `experiment` under `manifest` goes: `artifacts/<experiment>/<manifest>/<run_id>.json`.
@@ -24,18 +27,65 @@ pub fn default_path(artifacts_dir: &Path, experiment: &str, manifest: &str, run_
     artifacts_dir.join(experiment).join(manifest).join(format!("{run_id}.json"))
 }
 
-/// Serialises, redacts, seals and writes `artifact` to `path` atomically (temporary file in the
-/// same folder, flushed and synced, then linked into place only if `path` does not exist yet).
+/// Serialises, redacts, packs, seals and writes `artifact` to `path` atomically (temporary file
+/// in the same folder, flushed and synced, then linked into place only if `path` does not exist
+/// yet).
 pub fn write_new<T: Serialize>(path: &Path, artifact: &T) -> Result<(), ArtifactError> {
     let mut value = serde_json::to_value(artifact)?;
     Redactor::from_env().redact(&mut value);
+    let mut value = crate::columns::pack(value);
     if let Value::Object(map) = &mut value {
         let seal = seal(&value_without_seal(map));
         map.insert(SEAL_KEY.into(), serde_json::to_value(seal)?);
     }
-    let mut text = serde_json::to_string_pretty(&value)?;
+    let mut text = String::new();
+    write_text(&value, 0, &mut text);
     text.push('\n');
     write_bytes_new(path, text.as_bytes())
+}
+
+/// Indented JSON where a person reads it, one line where nobody does: objects are indented, and
+/// an array takes one line when it holds no object or is a column's (under `@columns`).
+fn write_text(value: &Value, indent: usize, out: &mut String) {
+    write_part(value, indent, false, out)
+}
+
+fn write_part(value: &Value, indent: usize, in_columns: bool, out: &mut String) {
+    fn holds_object(v: &Value) -> bool {
+        match v {
+            Value::Object(_) => true,
+            Value::Array(items) => items.iter().any(holds_object),
+            _ => false,
+        }
+    }
+    let pad = |out: &mut String, n: usize| out.extend(std::iter::repeat_n("  ", n));
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (key, v)) in map.iter().enumerate() {
+                out.push_str(if i == 0 { "\n" } else { ",\n" });
+                pad(out, indent + 1);
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push_str(": ");
+                write_part(v, indent + 1, in_columns || key == crate::columns::COLUMNS, out);
+            }
+            out.push('\n');
+            pad(out, indent);
+            out.push('}');
+        }
+        Value::Array(items) if !in_columns && holds_object(value) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                out.push_str(if i == 0 { "\n" } else { ",\n" });
+                pad(out, indent + 1);
+                write_part(v, indent + 1, in_columns, out);
+            }
+            out.push('\n');
+            pad(out, indent);
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 /// The top-level key of an artifact's seal.
@@ -119,13 +169,20 @@ pub fn check_seal(artifact: &Value) -> Result<Option<Vec<String>>, SealError> {
     Ok((!changed.is_empty()).then_some(changed))
 }
 
+/// An artifact's records as they were made: the seal set aside and columns back into rows.
+/// Check the seal first (with [`check_seal`], on the value as stored) where that matters.
+pub fn body(mut stored: Value) -> Result<Value, crate::columns::UnpackError> {
+    if let Value::Object(map) = &mut stored {
+        map.shift_remove(SEAL_KEY);
+    }
+    crate::columns::unpack(stored)
+}
+
 /// Reads an artifact into its type, leaving the seal aside (check it with [`check_seal`]).
 pub fn read_artifact<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ArtifactError> {
-    let bytes = std::fs::read(path).map_err(|cause| ArtifactError::Io { path: path.display().to_string(), cause })?;
-    let mut value: Value = serde_json::from_slice(&bytes)?;
-    if let Value::Object(map) = &mut value {
-        map.remove(SEAL_KEY);
-    }
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|cause| ArtifactError::Io { path: shown(), cause })?;
+    let value = body(serde_json::from_slice(&bytes)?).map_err(|cause| ArtifactError::Unpack { path: shown(), cause })?;
     Ok(serde_json::from_value(value)?)
 }
 
@@ -300,6 +357,25 @@ mod tests {
     }
 
     #[test]
+    fn artifacts_are_stored_as_columns_sealed_as_stored_and_read_back_as_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        let requests: Vec<Value> =
+            (0..40).map(|i| serde_json::json!({"id": i, "api": "openai", "ttft_s": f64::from(i) / 7.0})).collect();
+        let artifact = serde_json::json!({"requests": requests, "provenance": {"run_id": "r"}});
+        write_new(&path, &artifact).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"@rows\": 40") && !text.contains("\"ttft_s\": 0"), "{text}");
+        // Bulk arrays take one line each; objects stay indented.
+        assert!(text.lines().count() < 30, "{text}");
+        assert_eq!(read_artifact::<Value>(&path).unwrap().to_string(), artifact.to_string());
+        let mut stored: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(check_seal(&stored), Ok(None));
+        stored["requests"]["@columns"]["ttft_s"]["values"][3] = serde_json::json!(0.5);
+        assert_eq!(check_seal(&stored), Ok(Some(vec!["requests.@columns".to_string()])));
+    }
+
+    #[test]
     fn home_paths_and_secrets_are_redacted() {
         let r = Redactor { home: Some("/home/alice".into()), secrets: vec!["hf_abcdefSECRET".into()] };
         let mut v = serde_json::json!({
@@ -354,6 +430,7 @@ mod tests {
         let kept: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(kept["x"], 1);
         assert_eq!(check_seal(&kept), Ok(None));
+        assert_eq!(read_artifact::<Value>(&path).unwrap(), serde_json::json!({"x": 1}));
         // No temporary file left behind.
         let names: Vec<_> =
             std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();

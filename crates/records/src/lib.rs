@@ -8,6 +8,7 @@
 pub mod artifact;
 pub mod budget;
 pub mod chart;
+pub mod columns;
 pub mod evidence;
 pub mod finding;
 pub mod provenance;

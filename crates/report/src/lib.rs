@@ -20,6 +20,8 @@ pub enum ReportError {
     Io { path: String, cause: std::io::Error },
     #[error("{path}: not JSON: {cause}")]
     NotJson { path: String, cause: serde_json::Error },
+    #[error("{path}: {cause}")]
+    Unpack { path: String, cause: common::columns::UnpackError },
     #[error("{path}: not an artifact of a registered experiment ({known})")]
     Unknown { path: String, known: String },
     #[error("{a} and {b} are artifacts of different experiments; compare like with like")]

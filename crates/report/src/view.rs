@@ -31,11 +31,9 @@ pub fn load<'a>(
 ) -> Result<Artifact<'a>, ReportError> {
     let shown = || path.display().to_string();
     let bytes = std::fs::read(path).map_err(|cause| ReportError::Io { path: shown(), cause })?;
-    let mut value: Value =
+    let stored: Value =
         serde_json::from_slice(&bytes).map_err(|cause| ReportError::NotJson { path: shown(), cause })?;
-    if let Some(map) = value.as_object_mut() {
-        map.remove(common::artifact::SEAL_KEY);
-    }
+    let value = common::artifact::body(stored).map_err(|cause| ReportError::Unpack { path: shown(), cause })?;
     let kind = match value.pointer("/provenance/experiment").and_then(Value::as_str) {
         Some(name) => experiments.iter().copied().find(|e| e.name() == name),
         None => experiments.iter().copied().find(|e| e.recognises(&value)),

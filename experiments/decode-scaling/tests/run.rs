@@ -45,7 +45,7 @@ fn a_run_covers_every_point_audits_ok_and_an_edited_step_is_named() {
     assert_eq!(r.verdict, Verdict::Ok, "{:#?}", r.findings);
 
     // An edited step time, resealed as a careful forger would, no longer gives the summary.
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let mut v: Value = common::artifact::read_artifact(&out).unwrap();
     // (Every step of the point: a median shrugs off one.)
     for t in v["decode"][0]["step_ms"].as_array_mut().unwrap() {
         *t = json!(1000.0);

@@ -57,14 +57,15 @@ impl Scratch {
 type Edit = Box<dyn Fn(&mut Value)>;
 
 fn edit(path: &Path, change: impl FnOnce(&mut Value), reseal: bool) -> PathBuf {
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // Edited as records, then stored again as the writer stores them, under the old seal or a new one.
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let old_seal = stored[SEAL_KEY].clone();
+    let mut v = common::artifact::body(stored).unwrap();
     change(&mut v);
-    if reseal {
-        let map = v.as_object_mut().unwrap();
-        map.remove(SEAL_KEY);
-        let s = seal(&Value::Object(map.clone()));
-        map.insert(SEAL_KEY.into(), serde_json::to_value(s).unwrap());
-    }
+    let mut v = common::columns::pack(v);
+    let map = v.as_object_mut().unwrap();
+    let s = if reseal { serde_json::to_value(seal(&Value::Object(map.clone()))).unwrap() } else { old_seal };
+    map.insert(SEAL_KEY.into(), s);
     let edited = path.with_file_name(format!("edited-{}.json", rand_suffix()));
     std::fs::write(&edited, serde_json::to_string_pretty(&v).unwrap()).unwrap();
     edited

@@ -90,7 +90,7 @@ fn run(cli: Cli) -> Result<i32> {
     let mut judged = Vec::new();
     for (experiment, manifest, outcome) in &rows {
         let Outcome::Reproduced(artifact) = outcome else { continue };
-        let value: serde_json::Value = serde_json::from_slice(&std::fs::read(ws.root.join(artifact))?)?;
+        let value: serde_json::Value = common::artifact::read_artifact(&ws.root.join(artifact))?;
         let claims: Vec<ClaimResult> =
             value.get("claims").map(|c| serde_json::from_value(c.clone())).transpose()?.unwrap_or_default();
         judged.extend(claims.into_iter().map(|c| (format!("{experiment}/{manifest}"), c)));
@@ -318,7 +318,7 @@ fn last_run_s(ws: &Workspace, experiment: &str, manifest: &str) -> Option<f64> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .max()?;
-    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(newest).ok()?).ok()?;
+    let value: serde_json::Value = common::artifact::read_artifact(&newest).ok()?;
     let provenance: common::provenance::Provenance = serde_json::from_value(value.get("provenance")?.clone()).ok()?;
     provenance.wall_s()
 }
