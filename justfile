@@ -40,6 +40,10 @@ models *ARGS:
 new-experiment NAME:
     cargo run --release -q -p tools --bin new-experiment -- {{NAME}}
 
+# The embedded server alone, until Ctrl-C (`just serve --help` lists its flags; default: the tiny model on 127.0.0.1:8000).
+serve *ARGS:
+    cargo run --release -q -p serve -- {{ARGS}}
+
 # Benchmarks: the engine against the stock candle loop and llama.cpp, context and batch scaling,
 # scheduler overhead, into an artifact under artifacts/bench/ (the audit recomputes its ratios);
 # then checkpoint verification against plain reading and the serving client's cost (printed), and

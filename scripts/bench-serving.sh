@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 manifest=manifests/serving-bench/qwen2.5-0.5b.json
-cargo build --release -p serving-bench -p tools --bins
+cargo build --release -p serving-bench -p serve -p tools --bins
 ./target/release/models generate qwen2.5-0.5b
 
 targets=(--target openai=embedded)
@@ -125,7 +125,7 @@ mkdir -p artifacts/bench
 # client (the client prints a note when that happens; client_lateness_s keeps its own part).
 cleanup
 ./target/release/models generate tiny
-./target/release/serving-bench serve --manifest manifests/serving-bench/tiny.json --port 0 \
+./target/release/serve --manifest manifests/serving-bench/tiny.json --port 0 \
   --max-active 256 --queue 1024 >target/bench/embedded-serve.log 2>&1 &
 server_pids+=($!)
 for _ in $(seq 100); do grep -q 'http://' target/bench/embedded-serve.log && break; sleep 0.2; done

@@ -4,7 +4,8 @@
 //! when the engine makes it.
 //!
 //! A crate of its own above `common`, so that any experiment may serve the engine over HTTP and
-//! measure it there; `serving-bench` is the first (its `serve` subcommand and embedded target).
+//! measure it there; `serving-bench` is the first (its embedded target). The `serve` binary runs
+//! the server alone ([`cli`]; `serving-bench serve` is its alias).
 //!
 //! - `engine`: one thread owns all computation and runs the stepping loop the scheduler study
 //!   uses, under a policy (continuous batching by default); requests that arrive mid-flight join
@@ -18,6 +19,7 @@
 //! - `stop`: stop strings matched in the text as it is made, across tokens, never sent.
 
 mod api;
+pub mod cli;
 mod conn;
 mod engine;
 mod metrics;
@@ -80,22 +82,26 @@ pub fn default_kv_budget(model: &LoadedModel, max_active: usize) -> usize {
 }
 
 impl ServerConfig {
-    /// The defaults of `serving-bench serve` for a model served as `model_name`.
+    /// The server's defaults, written once: [`ServerConfig::new`] and the flags' defaults
+    /// ([`cli::ServeArgs`]) both take them from here.
+    pub const DEFAULT: ServerConfig = ServerConfig {
+        model_name: String::new(),
+        policy: Policy::Batched,
+        max_active: 16,
+        chunk_size: None,
+        queue: 64,
+        max_body_bytes: 1 << 20,
+        max_connections: 1024,
+        header_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(30),
+        kv_budget: None,
+        prefix_cache: true,
+        step_hook: None,
+    };
+
+    /// The defaults for a model served as `model_name`.
     pub fn new(model_name: impl Into<String>) -> Self {
-        ServerConfig {
-            model_name: model_name.into(),
-            policy: Policy::Batched,
-            max_active: 16,
-            chunk_size: None,
-            queue: 64,
-            max_body_bytes: 1 << 20,
-            max_connections: 1024,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(30),
-            kv_budget: None,
-            prefix_cache: true,
-            step_hook: None,
-        }
+        ServerConfig { model_name: model_name.into(), ..Self::DEFAULT }
     }
 }
 

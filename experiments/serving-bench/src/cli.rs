@@ -8,10 +8,9 @@ use common::manifest::Invalid;
 use common::policy::Policy;
 use serde_json::{json, Value};
 
-mod serve;
 mod values;
 
-pub use serve::{kv_budget, KvBudgetError, ServeArgs};
+pub use serve::cli::ServeArgs;
 use values::scrape_interval;
 pub use values::{rate, seconds, slo, Rate, RateError, SecondsError, SloError};
 

@@ -14,7 +14,6 @@ pub mod cli;
 pub mod export;
 pub mod measure;
 mod report;
-pub mod server;
 pub mod serving;
 pub mod table;
 

@@ -1,6 +1,7 @@
 //! `serving-bench`: reproduce the seed 001 benchmark. A strict streaming client measures
 //! OpenAI- and Ollama-compatible servers; with no `--target` it measures the project's own
-//! embedded server on the manifest's model. `serving-bench serve` runs that server alone.
+//! embedded server on the manifest's model. `serving-bench serve` runs that server alone (an
+//! alias of the `serve` binary).
 
 use anyhow::{Context, Result};
 use common::experiment::claims_table;
@@ -22,7 +23,7 @@ fn main() {
         }
         let runtime = builder.enable_all().build().context("a tokio runtime")?;
         match cli.command {
-            Some(Command::Serve(args)) => runtime.block_on(serving_bench::server::serve(args)).map(|()| 0),
+            Some(Command::Serve(args)) => runtime.block_on(serve::cli::run(args)).map(|()| 0).map_err(Into::into),
             None => runtime.block_on(bench(cli)),
         }
     })

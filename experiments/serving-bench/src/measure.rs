@@ -77,7 +77,7 @@ pub async fn plan(cli: &Cli) -> Result<Plan> {
                 queue: params.server_queue,
                 kv_budget: params.server_kv_budget,
                 prefix_cache: params.server_prefix_cache,
-                ..ServerConfig::new(model_name(&model.resolved))
+                ..ServerConfig::new(model.name())
             };
             Some(serve::spawn(([127, 0, 0, 1], 0).into(), model.loaded.clone(), config).await?)
         }
@@ -148,7 +148,7 @@ async fn targets(
                 name: given.clone().unwrap_or_else(|| format!("embedded-{}", kind.name())),
                 kind: *kind,
                 base_url: format!("http://{}", running.addr),
-                model: model_name(&model.resolved),
+                model: model.name(),
                 replicas: Vec::new(),
             },
             (Some(url), _, _) => {
@@ -555,9 +555,3 @@ fn check_memory(params: &Parameters, items: &[workload::Item], targets: usize) -
     Ok(())
 }
 
-/// The name a target serving this model answers to: its pin's, else its directory's.
-pub(crate) fn model_name(resolved: &common::resolve::ResolvedModel) -> String {
-    resolved.pin.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| {
-        resolved.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
-    })
-}

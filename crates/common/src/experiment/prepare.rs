@@ -15,7 +15,7 @@ use crate::qwen::WeightDtype;
 use crate::resolve::{resolve, resolve_unpinned, ResolveError, ResolveOptions, ResolvedModel};
 use crate::workspace::{Workspace, WorkspaceError};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Model and output flags shared by every experiment.
@@ -243,12 +243,30 @@ fn read_manifest<E: Experiment>(
     Ok(Some(ManifestRun { path, name, manifest, record, parameters }))
 }
 
-/// The model alone, for a command that measures nothing (a server): the manifest's pinned model
-/// (the default manifest's without `--manifest` or `--model-dir`), or an unpinned `--model-dir`.
-pub fn load_model<E: Experiment>(_experiment: &E, args: &ModelArgs) -> Result<Model, PrepareError> {
+/// The model alone, for a command that measures nothing (a server): the pinned model of the
+/// manifest given (any experiment's), of `default_manifest` (under `manifests/`) without
+/// `--manifest` or `--model-dir`, or an unpinned `--model-dir`.
+pub fn load_model(args: &ModelArgs, default_manifest: &Path) -> Result<Model, PrepareError> {
     let ws = Workspace::discover()?;
-    let manifest = read_manifest::<E>(&ws, args, true)?;
-    prepare_model(&ws, args, manifest.as_ref().map(|m| &m.manifest.model))
+    let path = match (&args.manifest, &args.model_dir) {
+        (Some(path), _) => Some(path.clone()),
+        (None, None) => Some(ws.manifests_dir().join(default_manifest)),
+        (None, Some(_)) => None,
+    };
+    let model = match path {
+        Some(path) => Some(read_manifest_file::<serde_json::Value, serde_json::Value>(&path)?.manifest.model),
+        None => None,
+    };
+    prepare_model(&ws, args, model.as_ref())
+}
+
+impl Model {
+    /// The name clients use for the model: its pin's, or its folder's when unpinned.
+    pub fn name(&self) -> String {
+        self.resolved.pin.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| {
+            self.resolved.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+        })
+    }
 }
 
 impl<E: Experiment> Prepared<E, ()> {
