@@ -26,9 +26,11 @@ use candle_transformers::models::qwen2::Config;
 
 pub use supply::weights::WeightDtype;
 
+mod budget;
 mod kv;
+pub use budget::{KvBudget, KvBudgetError};
 use kv::{Blocks, Store};
-pub use kv::{Cache, KvBudget, KvPool};
+pub use kv::{Cache, KvPool};
 
 /// Rows a forward takes through the layers at once ([`Qwen2::last_hidden`] slices longer ones):
 /// enough that each weight read serves many rows, few enough that a slice's intermediates stay

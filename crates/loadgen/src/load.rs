@@ -421,8 +421,6 @@ pub const MAX_SWEEP: usize = 100;
 /// The fastest rate accepted, requests per second.
 pub const MAX_RATE: f64 = 1e6;
 
-/// The longest timeout accepted, in seconds (a week, the workspace's bound on any wait).
-
 impl Arrivals {
     pub fn validate(&self) -> Result<(), Invalid> {
         match (self.rates.is_empty(), self.sweep) {

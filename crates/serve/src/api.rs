@@ -536,8 +536,8 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
     let body = json!({
         "status": if alive { "ok" } else { "down" },
         "engine": {
-            "alive": alive, "policy": state.config.policy.name(), "max_active": state.config.max_active,
-            "chunk_size": state.config.chunk_size, "steps": e.steps.load(Ordering::SeqCst), "last_error": last_error,
+            "alive": alive, "policy": state.config.engine.policy.name(),
+            "max_active": state.config.engine.max_active, "chunk_size": state.config.engine.chunk_size, "steps": e.steps.load(Ordering::SeqCst), "last_error": last_error,
         },
         "active": e.active.load(Ordering::SeqCst), "queued": e.queued.load(Ordering::SeqCst),
         "waiting_for_blocks": e.waiting_for_blocks.load(Ordering::SeqCst),

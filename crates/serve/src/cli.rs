@@ -1,12 +1,13 @@
 //! The server's command line (the `serve` binary, and `serving-bench serve`, its alias): its
-//! flags, with the defaults of [`ServerConfig::new`], the KV budget in positions or bytes, and
-//! [`run`], which serves until Ctrl-C.
+//! flags, with the defaults of [`ServerConfig::new`] and the KV budget in [`KvBudget`]'s one
+//! syntax (positions or bytes), and [`run`], which serves until Ctrl-C.
 
 use crate::ServerConfig;
 use clap::Args;
 use common::experiment::{load_model, ModelArgs, PrepareError};
 use common::policy::Policy;
 use common::qwen::{KvBudget, KvPool};
+use common::schedule::RunConfig;
 use std::io::Write;
 use std::path::Path;
 
@@ -37,10 +38,10 @@ pub struct ServeArgs {
     /// How the engine steps admitted requests: batched (every request in each step, new ones
     /// joining as slots free), interleave (one request per step, in turn), or fifo (one request
     /// to completion at a time).
-    #[arg(long, default_value = ServerConfig::DEFAULT.policy.name(), value_parser = Policy::parse)]
+    #[arg(long, default_value = ServerConfig::DEFAULT.engine.policy.name(), value_parser = Policy::parse)]
     pub policy: Policy,
     /// Requests admitted into the engine at once.
-    #[arg(long, default_value_t = ServerConfig::DEFAULT.max_active as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.engine.max_active as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_active: u64,
     /// Prefill chunk size in tokens; for batched, the step's token budget (decodes included).
     /// [default: whole prompts in one step]
@@ -65,7 +66,7 @@ pub struct ServeArgs {
     /// The KV cache's budget, shared by every request: positions (`65536`), or bytes with a unit
     /// (`4GB`, `512MiB`); requests wait for blocks and the most recent are preempted when a
     /// step needs more [default: half the memory available, at most --max-active whole contexts].
-    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = kv_budget)]
+    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = KvBudget::parse)]
     pub kv_budget: Option<KvBudget>,
     /// Compute every prompt whole: keep no KV blocks for later prompts with the same prefix
     /// (reuse is on by default, as in llama-server, vLLM and SGLang).
@@ -80,39 +81,6 @@ fn seconds(s: &str) -> Result<f64, String> {
         Ok(_) if v > 0.0 => Ok(v),
         _ => Err(format!("{v}: must be above 0 and at most {} seconds (a week)", common::manifest::MAX_WAIT_S)),
     }
-}
-
-/// A `--kv-budget` that is neither a count of positions nor bytes with a unit.
-#[derive(Debug, thiserror::Error)]
-#[error("`{0}` is not a KV budget: give positions (65536) or bytes with a unit (4GB, 512MiB, 1.5GiB)")]
-pub struct KvBudgetError(String);
-
-/// A `--kv-budget`: positions (`65536`), or bytes with a unit (`4GB`, `512MiB`, `1.5GiB`).
-pub fn kv_budget(s: &str) -> Result<KvBudget, KvBudgetError> {
-    let bad = || KvBudgetError(s.to_string());
-    let t = s.trim();
-    if let Ok(n) = t.parse::<u64>() {
-        return (n > 0).then_some(KvBudget::Positions(n)).ok_or_else(bad);
-    }
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(bad)?;
-    let (number, unit) = t.split_at(split);
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0f64.powi(4),
-        _ => return Err(bad()),
-    };
-    let bytes = number.trim().parse::<f64>().map_err(|_| bad())? * scale;
-    if !(bytes.is_finite() && (1.0..=1e15).contains(&bytes)) {
-        return Err(bad());
-    }
-    Ok(KvBudget::Bytes(bytes as u64))
 }
 
 /// Why the server could not start.
@@ -143,16 +111,18 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let model = load_model(&model_args, Path::new(DEFAULT_MANIFEST))?;
     let name = model.name();
     let config = ServerConfig {
-        policy: args.policy,
-        max_active: args.max_active as usize,
-        chunk_size: args.chunk_size.map(|c| c as usize),
+        engine: RunConfig {
+            policy: args.policy,
+            chunk_size: args.chunk_size.map(|c| c as usize),
+            max_active: args.max_active as usize,
+            kv_budget: args.kv_budget.map(|b| model.loaded.model.budget_positions(b)),
+            prefix_cache: !args.no_prefix_cache,
+        },
         queue: args.queue as usize,
         max_body_bytes: args.max_body_bytes as usize,
         max_connections: args.max_connections as usize,
         header_timeout: common::manifest::seconds("--header-timeout", args.header_timeout)?,
         idle_timeout: common::manifest::seconds("--idle-timeout", args.idle_timeout)?,
-        kv_budget: args.kv_budget.map(|b| model.loaded.model.budget_positions(b)),
-        prefix_cache: !args.no_prefix_cache,
         ..ServerConfig::new(name.clone())
     };
     if !args.host.is_loopback() {

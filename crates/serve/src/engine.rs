@@ -121,7 +121,7 @@ pub(crate) fn run(model: Arc<LoadedModel>, mut jobs: mpsc::Receiver<Job>, settin
     state.alive.store(true, Ordering::SeqCst);
     let _guard = AliveGuard(state.clone());
     let metrics = &settings.metrics;
-    let mut stepper = Stepper::new(settings.policy, settings.chunk_size, settings.max_active)
+    let mut stepper = Stepper::new(settings.engine.policy, settings.engine.chunk_size, settings.engine.max_active)
         .with_pool(settings.kv.clone())
         .with_hook(settings.step_hook.clone());
     // A request taken from the queue whose first step's KV blocks are not free yet: it waits

@@ -32,6 +32,7 @@ pub use engine::EngineState;
 use common::load::LoadedModel;
 use common::policy::Policy;
 use common::qwen::KvPool;
+use common::schedule::RunConfig;
 use common::stepper::StepHook;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,13 +43,13 @@ use tokio::sync::{mpsc, watch};
 pub struct ServerConfig {
     /// The name clients must use for the model.
     pub model_name: String,
-    /// How the engine steps admitted requests.
-    pub policy: Policy,
-    /// Requests admitted into the engine at once.
-    pub max_active: usize,
-    /// Prefill chunk size in tokens; for `batched`, the step's token budget (decodes included).
-    /// `None`: whole prompts in one step.
-    pub chunk_size: Option<usize>,
+    /// How the engine steps requests: the same configuration as the scheduler study's runs.
+    /// Its `kv_budget` is positions (whole blocks of 64, rounded down), shared by every request:
+    /// admission waits for blocks, and a step that needs more than are free preempts the most
+    /// recently admitted requests; `None`: [`default_kv_budget`]. Its `prefix_cache` keeps what
+    /// requests computed for later prompts with the same prefix ([`common::prefix`]); on by
+    /// default, as llama-server, vLLM and SGLang reuse.
+    pub engine: RunConfig,
     /// Requests waiting beyond those; more get 503.
     pub queue: usize,
     /// Largest request body accepted.
@@ -60,14 +61,6 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// Time a kept-alive connection may sit idle between requests.
     pub idle_timeout: Duration,
-    /// The KV cache's budget in positions (whole blocks of 64, rounded down), shared by every
-    /// request: admission waits for blocks, and a step that needs more than are free preempts
-    /// the most recently admitted requests. `None`: [`default_kv_budget`].
-    pub kv_budget: Option<usize>,
-    /// Whether the KV pool keeps what requests computed for later prompts with the same prefix
-    /// ([`common::prefix`]): a request then prefills only past its longest cached prefix. On by
-    /// default, as llama-server, vLLM and SGLang reuse.
-    pub prefix_cache: bool,
     /// Test seam, see [`StepHook`]; `None` outside tests.
     pub step_hook: Option<StepHook>,
 }
@@ -86,16 +79,18 @@ impl ServerConfig {
     /// ([`cli::ServeArgs`]) both take them from here.
     pub const DEFAULT: ServerConfig = ServerConfig {
         model_name: String::new(),
-        policy: Policy::Batched,
-        max_active: 16,
-        chunk_size: None,
+        engine: RunConfig {
+            policy: Policy::Batched,
+            chunk_size: None,
+            max_active: 16,
+            kv_budget: None,
+            prefix_cache: true,
+        },
         queue: 64,
         max_body_bytes: 1 << 20,
         max_connections: 1024,
         header_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(30),
-        kv_budget: None,
-        prefix_cache: true,
         step_hook: None,
     };
 
@@ -108,9 +103,7 @@ impl ServerConfig {
 /// What the engine thread needs of the configuration.
 #[derive(Clone)]
 struct Settings {
-    policy: Policy,
-    max_active: usize,
-    chunk_size: Option<usize>,
+    engine: RunConfig,
     kv: Arc<KvPool>,
     metrics: Arc<metrics::Metrics>,
     step_hook: Option<StepHook>,
@@ -165,16 +158,12 @@ pub async fn spawn(
         conn::Limits { max_connections, header_timeout: config.header_timeout, idle_timeout: config.idle_timeout };
     let (jobs_tx, jobs_rx) = mpsc::channel(config.queue.max(1));
     let engine = Arc::new(EngineState::default());
-    let budget = config.kv_budget.unwrap_or_else(|| default_kv_budget(&model, config.max_active.max(1)));
-    let kv = model
-        .model
-        .kv_pool_within(budget, config.prefix_cache)
-        .map_err(std::io::Error::other)?;
+    let run = RunConfig { max_active: config.engine.max_active.max(1), ..config.engine };
+    let budget = run.kv_budget.unwrap_or_else(|| default_kv_budget(&model, run.max_active));
+    let kv = model.model.kv_pool_within(budget, run.prefix_cache).map_err(std::io::Error::other)?;
     let metrics = Arc::new(metrics::Metrics::new(engine.clone(), kv.clone()));
     let settings = Settings {
-        policy: config.policy,
-        max_active: config.max_active.max(1),
-        chunk_size: config.chunk_size,
+        engine: run,
         kv: kv.clone(),
         metrics: metrics.clone(),
         step_hook: config.step_hook.clone(),

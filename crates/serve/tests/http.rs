@@ -185,7 +185,7 @@ async fn requests_beyond_the_kv_budget_wait_or_are_preempted_and_compute_the_sam
     let expected = answers(base).await;
     free.stop().await;
     // Four blocks of 64 positions: each request needs two or three by its end.
-    let (tight, base, _tmp) = server(|c| c.kv_budget = Some(4 * 64)).await;
+    let (tight, base, _tmp) = server(|c| c.engine.kv_budget = Some(4 * 64)).await;
     let (status, refused) = post(&http, format!("{base}/v1/chat/completions"), &chat(400, false)).await;
     assert_eq!((status, refused["error"]["param"].as_str()), (400, Some("max_tokens")), "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("--kv-budget"), "{refused}");
@@ -284,7 +284,7 @@ async fn running_usage_counts_come_with_every_chunk_when_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_overloaded_with_retry_after() {
     let (s, base, _tmp) = server(|c| {
-        c.max_active = 1;
+        c.engine.max_active = 1;
         c.queue = 1;
     })
     .await;
@@ -345,7 +345,7 @@ async fn the_server_computes_the_schedulers_ids_under_every_policy() {
         let running = spawn(
             ([127, 0, 0, 1], 0).into(),
             model.clone(),
-            ServerConfig { policy, max_active: 2, ..ServerConfig::new("tiny") },
+            ServerConfig { engine: config, ..ServerConfig::new("tiny") },
         )
         .await
         .unwrap();
@@ -587,7 +587,7 @@ async fn a_repeated_prompt_reuses_its_cached_prefix_and_answers_the_same() {
     let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
     let mut answers = Vec::new();
     for reuse in [true, false] {
-        let (s, base, _tmp) = server(|c| c.prefix_cache = reuse).await;
+        let (s, base, _tmp) = server(|c| c.engine.prefix_cache = reuse).await;
         let url = format!("{base}/v1/chat/completions");
         let (_, first) = post(&http, url.clone(), &long).await;
         let (_, again) = post(&http, url, &long).await;

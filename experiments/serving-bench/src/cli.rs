@@ -107,10 +107,11 @@ pub struct BenchArgs {
     /// [default: the manifest's, else chat].
     #[arg(long, value_enum)]
     pub endpoint: Option<serving::Endpoint>,
-    /// The embedded server's KV budget in positions (whole blocks of 64) [default: the
-    /// manifest's, else half the memory available, at most its active requests' whole contexts].
-    #[arg(long, value_name = "POSITIONS")]
-    pub server_kv_budget: Option<usize>,
+    /// The embedded server's KV budget: positions (`65536`) or bytes with a unit (`512MiB`), as
+    /// `serve --kv-budget` [default: the manifest's, else half the memory available, at most its
+    /// active requests' whole contexts].
+    #[arg(long, value_name = "POSITIONS|BYTES", value_parser = common::qwen::KvBudget::parse)]
+    pub server_kv_budget: Option<common::qwen::KvBudget>,
     /// The embedded server computes every prompt whole, reusing no cached prefix (for measuring
     /// what reuse saves) [default: the manifest's, else reuse on].
     #[arg(long)]

@@ -71,12 +71,8 @@ pub async fn plan(cli: &Cli) -> Result<Plan> {
     let embedded = match (embedded, &prepared.model) {
         (true, Some(model)) => {
             let config = ServerConfig {
-                policy: params.server_policy,
-                max_active: params.server_max_active,
-                chunk_size: params.server_chunk_size,
+                engine: params.server_engine(&model.loaded.model),
                 queue: params.server_queue,
-                kv_budget: params.server_kv_budget,
-                prefix_cache: params.server_prefix_cache,
                 ..ServerConfig::new(model.name())
             };
             Some(serve::spawn(([127, 0, 0, 1], 0).into(), model.loaded.clone(), config).await?)

@@ -517,6 +517,36 @@ fn serve_binds_loopback_stops_cleanly_on_ctrl_c_and_warns_off_loopback() {
 }
 
 #[test]
+fn the_embedded_servers_kv_budget_takes_positions_or_bytes_as_serve_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = ["--rounds", "1", "--concurrency", "1", "--max-tokens", "4", "--server-kv-budget"];
+    let kv = |path: &Path| {
+        let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(path).unwrap();
+        assert!(a.requests.iter().all(|r| r.ok()), "{:?}", a.requests);
+        (a.embedded_kv.unwrap().budget_bytes, a.arguments.server_kv_budget)
+    };
+    // Four blocks of 64 positions, then the same four blocks' bytes and half a block more
+    // (rounded down to whole blocks): one pool, each budget recorded as given.
+    let positions = bench_run(tmp.path(), "positions", &[&run[..], &["256"]].concat()).unwrap();
+    let (bytes, given) = kv(&positions);
+    assert_eq!(given, Some(common::qwen::KvBudget::Positions(256)));
+    let flag = format!("{}B", bytes + bytes / 8);
+    let in_bytes = bench_run(tmp.path(), "bytes", &[&run[..], &[&flag]].concat()).unwrap();
+    assert_eq!(kv(&in_bytes), (bytes, Some(common::qwen::KvBudget::Bytes((bytes + bytes / 8) as u64))));
+    for path in [&positions, &in_bytes] {
+        assert_audits_ok(path);
+    }
+    let kib = bench_run(tmp.path(), "kib", &[&run[..], &[&format!("{}KiB", bytes / 1024)]].concat()).unwrap();
+    assert!(kv(&kib).0 <= bytes, "{:?}", kv(&kib));
+    // Neither positions nor bytes, or less than a block: refused before anything is measured.
+    for (bad, says) in [("12XB", "`12XB` is not a KV budget"), ("10", "at least one block of 64 positions")] {
+        let e = bench_run(tmp.path(), "bad", &[&run[..], &[bad]].concat()).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+        assert!(!tmp.path().join("bad.json").exists());
+    }
+}
+
+#[test]
 fn credentials_in_a_target_url_are_used_and_never_recorded() {
     let tmp = tempfile::tempdir().unwrap();
     let (child, line) = serve(&tmp.path().join("models"), &[]);

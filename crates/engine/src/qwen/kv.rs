@@ -43,14 +43,6 @@ impl Blocks {
     }
 }
 
-/// A KV budget as a user gives it: positions, or bytes of the pool
-/// ([`super::Qwen2::budget_positions`] turns either into this model's positions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvBudget {
-    Positions(u64),
-    Bytes(u64),
-}
-
 impl KvPool {
     /// Positions one block holds: the unit a pool is made of and a cache grows by, so every
     /// budget rounds down to it and every request's positions up to it. Callers ask the pool

@@ -7,6 +7,8 @@ use loadgen::load::Arrivals;
 use loadgen::record::{Endpoint, Sampling};
 use common::manifest::Invalid;
 use common::policy::Policy;
+use common::qwen::{KvBudget, Qwen2};
+use common::schedule::RunConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,10 +39,11 @@ pub struct Parameters {
     /// whole prompts in one step.
     #[serde(default)]
     pub server_chunk_size: Option<usize>,
-    /// The embedded server's KV budget in positions. `None`: its default (half the memory
-    /// available, at most `server_max_active` whole contexts), which the artifact records.
+    /// The embedded server's KV budget: positions, or bytes of the pool (as the server's own
+    /// `--kv-budget` takes it). `None`: its default (half the memory available, at most
+    /// `server_max_active` whole contexts). The budget in force is recorded (`embedded_kv`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_kv_budget: Option<usize>,
+    pub server_kv_budget: Option<KvBudget>,
     /// Whether the embedded server reuses cached prompt prefixes (its default); recorded only
     /// when off.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
@@ -106,6 +109,17 @@ fn batched() -> Policy {
 }
 
 impl Parameters {
+    /// The embedded server's engine configuration, its KV budget in `model`'s positions.
+    pub fn server_engine(&self, model: &Qwen2) -> RunConfig {
+        RunConfig {
+            policy: self.server_policy,
+            chunk_size: self.server_chunk_size,
+            max_active: self.server_max_active,
+            kv_budget: self.server_kv_budget.map(|b| model.budget_positions(b)),
+            prefix_cache: self.server_prefix_cache,
+        }
+    }
+
     /// The run's timeouts, each through the one checked conversion.
     pub fn timeouts(&self) -> Result<Timeouts, Invalid> {
         use common::manifest::seconds;
@@ -219,11 +233,14 @@ impl Parameters {
         if self.server_chunk_size == Some(0) {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
-        let block = common::qwen::KvPool::BLOCK_POSITIONS;
-        if let Some(b) = self.server_kv_budget.filter(|b| *b < block || *b > 1 << 40) {
+        let block = common::qwen::KvPool::BLOCK_POSITIONS as u64;
+        if let Some(KvBudget::Positions(b)) = self.server_kv_budget.filter(|b| match b {
+            KvBudget::Positions(n) => *n < block || *n > 1 << 40,
+            KvBudget::Bytes(_) => false,
+        }) {
             return Err(Invalid::new(
                 "server_kv_budget",
-                format!("{b}: must be at least one block of {block} positions and at most 2^40"),
+                format!("{b}: must be at least one block of {block} positions and at most 2^40 (or bytes with a unit: 512MiB)"),
             ));
         }
         Ok(())
