@@ -12,29 +12,12 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// Why a server's metadata gave no JSON. URLs are shown with their credentials redacted.
-#[derive(Debug, thiserror::Error)]
-pub enum FetchError {
-    #[error("{}: {}", redacted(url), describe(cause))]
-    Request { url: String, cause: reqwest::Error },
-    #[error("{}: no answer within {} s (--timeout)", redacted(url), timeout.as_secs_f64())]
-    Silent { url: String, timeout: Duration },
-    #[error("{}: HTTP {status}", redacted(url))]
-    Status { url: String, status: reqwest::StatusCode },
-    #[error("{} lists no model; pass --model-name", redacted(url))]
-    NoModel { url: String },
-}
+mod headers;
+mod metadata;
 
-impl FetchError {
-    /// Whether the server never answered: nothing listened, or it accepted and stayed silent.
-    fn unanswered(&self) -> bool {
-        match self {
-            FetchError::Silent { .. } => true,
-            FetchError::Request { cause, .. } => cause.is_connect() || cause.is_timeout(),
-            _ => false,
-        }
-    }
-}
+pub use headers::{recorded_header, request_headers, HeaderError};
+use metadata::fetch_json;
+pub use metadata::{discover_model, metadata, FetchError};
 
 /// `url` (or any text holding URLs) with every URL's credentials redacted, for printing.
 pub fn redacted(url: &str) -> String {
@@ -124,84 +107,6 @@ pub struct RequestOptions {
     pub keep_text: bool,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sampling_goes_in_each_apis_place_and_the_extra_body_on_top() {
-        let sampling = crate::record::Sampling {
-            temperature: Some(0.7),
-            top_k: Some(-1),
-            stop: vec!["END".into()],
-            extra_body: Some(serde_json::from_str(r#"{"repetition_penalty": 1.1}"#).unwrap()),
-            ..Default::default()
-        };
-        let options = RequestOptions { sampling: std::sync::Arc::new(sampling), ..Default::default() };
-        let spec = Spec {
-            concurrency: 1,
-            round: 0,
-            index: 0,
-            prompt_name: "p",
-            prompt: "hi",
-            messages: None,
-            max_tokens: 5,
-            seed: 9,
-            options,
-        };
-        let target = |kind| Runtime {
-            name: "t".into(),
-            kind,
-            base_url: "http://127.0.0.1:1".into(),
-            model: "m".into(),
-            replicas: Vec::new(),
-        };
-        let (_, openai) = request_body(&target(Kind::OpenAi), &spec);
-        assert_eq!(
-            (&openai["temperature"], &openai["top_k"], &openai["stop"], &openai["seed"]),
-            (&json!(0.7), &json!(-1), &json!(["END"]), &json!(9))
-        );
-        assert_eq!(openai["repetition_penalty"], json!(1.1));
-        assert!(openai.get("top_p").is_none() && openai.get("min_p").is_none(), "unset settings are not sent");
-        let (_, ollama) = request_body(&target(Kind::Ollama), &spec);
-        let o = &ollama["options"];
-        assert_eq!(
-            (&o["temperature"], &o["top_k"], &o["stop"], &o["num_predict"]),
-            (&json!(0.7), &json!(-1), &json!(["END"]), &json!(5))
-        );
-        assert_eq!(ollama["repetition_penalty"], json!(1.1));
-        // Nothing set: greedy, as every run before the flags.
-        let spec = Spec { options: RequestOptions::default(), ..spec };
-        assert_eq!(request_body(&target(Kind::OpenAi), &spec).1["temperature"], json!(0.0));
-    }
-
-    #[test]
-    fn both_of_openais_logprob_shapes_read_as_the_same_tokens() {
-        let chat = json!({"content": [
-            {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -2.5}]},
-            {"token": " c", "logprob": -0.5, "top_logprobs": [{"token": " c", "logprob": -0.5}]}
-        ]});
-        let legacy = json!({"tokens": ["a", " c"], "token_logprobs": [-0.1, -0.5],
-            "top_logprobs": [{"b": -2.5, "a": -0.1}, {" c": -0.5}], "text_offset": [0, 1]});
-        let read = token_choices(&chat).unwrap();
-        assert_eq!(read, token_choices(&legacy).unwrap());
-        assert_eq!((read[0].top[1].token.as_str(), read[1].chosen.logprob), ("b", -0.5));
-        assert_eq!(token_choices(&json!({"tokens": ["a"], "token_logprobs": [], "top_logprobs": []})), None);
-        assert_eq!(token_choices(&json!({"content": [{"token": "a"}]})), None);
-        assert_eq!(token_choices(&Value::Null), None);
-    }
-
-    #[test]
-    fn a_group_follows_the_last_at_of_a_url_with_a_host() {
-        assert_eq!(split_group("http://10.0.0.1:8000@prod"), ("http://10.0.0.1:8000", Some("prod")));
-        assert_eq!(split_group("http://u:pw@10.0.0.1:8000@prod-2"), ("http://u:pw@10.0.0.1:8000", Some("prod-2")));
-        assert_eq!(split_group("http://u:pw@10.0.0.1:8000"), ("http://u:pw@10.0.0.1:8000", None));
-        assert_eq!(split_group("http://u:pw@localhost"), ("http://u:pw@localhost", None));
-        assert_eq!(split_group("http://10.0.0.1:8000/v1"), ("http://10.0.0.1:8000/v1", None));
-        assert_eq!(split_group("embedded"), ("embedded", None));
-    }
-}
-
 /// How long a request may take at each stage before it is given up as timed out.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -224,75 +129,6 @@ pub struct Spec<'a> {
     pub max_tokens: usize,
     pub seed: u64,
     pub options: RequestOptions,
-}
-
-/// Why the headers to send could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum HeaderError {
-    #[error("--header {0}: write NAME:VALUE with a valid header name and value")]
-    Malformed(String),
-    #[error("--api-key-env {0}: the variable is not set")]
-    NoKey(String),
-    #[error("--api-key-env {0}: the key cannot be a header value")]
-    BadKey(String),
-}
-
-/// The headers every request carries: each `NAME:VALUE` of `specs`, and `Authorization: Bearer`
-/// with the API key from the variable `api_key_env` (default `OPENAI_API_KEY`, when set) unless
-/// a header gives one. No value is recorded: the second value lists the headers' names, which
-/// the artifact records, and the command line is recorded with each value redacted
-/// ([`recorded_header`]) unless its name is in `recorded` (`--record-header`). Unrecorded values
-/// of six characters or more, and the key, are also redacted wherever else they would appear
-/// (a server's error message echoing one); shorter ones would match ordinary words.
-pub fn request_headers(
-    specs: &[String],
-    recorded: &[String],
-    api_key_env: Option<&str>,
-) -> Result<(reqwest::header::HeaderMap, Vec<String>), HeaderError> {
-    use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
-    let mut headers = HeaderMap::new();
-    for spec in specs {
-        let malformed = || HeaderError::Malformed(recorded_header(spec, recorded));
-        let (name, value) = spec.split_once(':').ok_or_else(malformed)?;
-        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| malformed())?;
-        let value = value.trim();
-        if !is_recorded(name.as_str(), recorded) && value.len() >= 6 {
-            records::artifact::keep_secret(value);
-        }
-        headers.append(name, HeaderValue::from_str(value).map_err(|_| malformed())?);
-    }
-    let variable = api_key_env.unwrap_or("OPENAI_API_KEY");
-    match std::env::var(variable) {
-        Ok(key) if !key.is_empty() => {
-            records::artifact::keep_secret(&key);
-            if !headers.contains_key(AUTHORIZATION) {
-                let value = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| HeaderError::BadKey(variable.to_string()))?;
-                headers.insert(AUTHORIZATION, value);
-            }
-        }
-        _ if api_key_env.is_some() => return Err(HeaderError::NoKey(variable.to_string())),
-        _ => {}
-    }
-    let mut names: Vec<String> = headers.keys().map(|k| k.as_str().to_string()).collect();
-    names.dedup();
-    Ok((headers, names))
-}
-
-fn is_recorded(name: &str, recorded: &[String]) -> bool {
-    recorded.iter().any(|r| r.trim().eq_ignore_ascii_case(name.trim()))
-}
-
-/// A `--header NAME:VALUE` as artifacts and printed lines show it: `NAME:<redacted>`, unless
-/// NAME is one the user marked with `--record-header`. A header value can be anything a server
-/// takes as a credential (`X-Password`, `X-Signature`, a session id), and no list of
-/// credential-like names is complete, so none is recorded unless asked.
-pub fn recorded_header(spec: &str, recorded: &[String]) -> String {
-    match spec.split_once(':') {
-        Some((name, _)) if is_recorded(name, recorded) => spec.to_string(),
-        Some((name, _)) => format!("{name}:<redacted>"),
-        None => spec.to_string(),
-    }
 }
 
 /// The client every request of a run goes through: `headers` on every request (metadata and
@@ -342,75 +178,6 @@ impl std::ops::Deref for Http {
 
 fn url(base: &str, path: &str) -> String {
     format!("{}{path}", base.trim_end_matches('/'))
-}
-
-/// The model a server serves when none was named: the first it lists (the call bounded by the
-/// run's `--timeout`).
-pub async fn discover_model(client: &Http, kind: Kind, base: &str, timeouts: &Timeouts) -> Result<String, FetchError> {
-    let (path, pointer) = match kind {
-        Kind::OpenAi => ("/v1/models", "/data/0/id"),
-        Kind::Ollama => ("/api/tags", "/models/0/name"),
-    };
-    let v: Value = fetch_json(client.get(url(base, path)), &url(base, path), timeouts.total).await?;
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| FetchError::NoModel { url: format!("{base}{path}") })
-}
-
-/// One metadata call, headers and body together within `limit`: a server that accepts the
-/// connection and never answers costs the run `limit`, not forever.
-async fn fetch_json(request: reqwest::RequestBuilder, url: &str, limit: Duration) -> Result<Value, FetchError> {
-    let call = async {
-        let request_error = |cause| FetchError::Request { url: url.to_string(), cause };
-        let r = request.send().await.map_err(request_error)?;
-        if !r.status().is_success() {
-            return Err(FetchError::Status { url: url.to_string(), status: r.status() });
-        }
-        r.json().await.map_err(request_error)
-    };
-    tokio::time::timeout(limit, call).await.unwrap_or(Err(FetchError::Silent { url: url.to_string(), timeout: limit }))
-}
-
-/// The server's version and what it says about the model (recorded as given; `null` with the
-/// reason when a server does not say). The calls run side by side, each within `--timeout`. A
-/// target that answers none of them (nothing listens, or it accepts and stays silent) is an
-/// error: measuring it would only time out, request after request.
-pub async fn metadata(client: &Http, target: &Runtime, timeouts: &Timeouts) -> Result<(Value, Value), FetchError> {
-    let limit = timeouts.total;
-    let get = |path: &str| {
-        let url = url(&target.base_url, path);
-        async move { fetch_json(client.get(&url), &url, limit).await }
-    };
-    let (version, about) = match target.kind {
-        Kind::OpenAi => {
-            let version = async {
-                match get("/version").await {
-                    // llama.cpp's server has no /version; it says its build under /props.
-                    Err(e @ FetchError::Status { .. }) => match get("/props").await {
-                        Ok(props) if props.get("build_info").is_some() => {
-                            Ok(json!({"build_info": props["build_info"]}))
-                        }
-                        _ => Err(e),
-                    },
-                    other => other,
-                }
-            };
-            tokio::join!(version, get("/v1/models"))
-        }
-        Kind::Ollama => {
-            let show_url = url(&target.base_url, "/api/show");
-            let show = fetch_json(client.post(&show_url).json(&json!({"model": target.model})), &show_url, limit);
-            tokio::join!(get("/api/version"), show)
-        }
-    };
-    match (version, about) {
-        (Err(e), Err(other)) if e.unanswered() && other.unanswered() => Err(e),
-        (version, about) => {
-            let note = |e: FetchError| json!({"unavailable": e.to_string()});
-            Ok((version.unwrap_or_else(note), about.unwrap_or_else(note)))
-        }
-    }
 }
 
 fn request_body(target: &Runtime, spec: &Spec<'_>) -> (String, Value) {
@@ -827,3 +594,6 @@ fn first_line(e: &reqwest::Error) -> String {
     }
     s.lines().next().unwrap_or_default().to_string()
 }
+
+#[cfg(test)]
+mod tests;
