@@ -223,8 +223,31 @@ fn no_module_reaches_itself_through_its_siblings() {
 }
 
 /// A crate's library modules by path (`["serving", "record"]`) and the file each is in; binaries
-/// (`main.rs`, `src/bin/`) are crates of their own and left out.
+/// (`main.rs`, `src/bin/`) are crates of their own and left out, and so are test modules in files
+/// of their own (`#[cfg(test)] mod tests;`), which may reach anywhere in their crate as an inline
+/// one may ([`code_of`]).
 fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = all_modules(src);
+    let test_only: Vec<Vec<String>> = out
+        .keys()
+        .filter(|module| {
+            let Some((name, parent)) = module.split_last() else { return false };
+            let Some(file) = out.get(parent) else { return false };
+            let text = std::fs::read_to_string(file).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+            ["", "pub ", "pub(crate) ", "pub(super) "]
+                .iter()
+                .any(|vis| text.contains(&format!("#[cfg(test)] {vis}mod {name};")))
+        })
+        .cloned()
+        .collect();
+    for module in test_only {
+        out.remove(&module);
+    }
+    out
+}
+
+/// Every module of the library under `src`, test modules included.
+fn all_modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     let mut out = BTreeMap::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -272,7 +295,8 @@ fn render(stream: proc_macro2::TokenStream, out: &mut String) {
     let attribute = |i: usize, name: &str| match (trees.get(i), trees.get(i + 1)) {
         (Some(TokenTree::Punct(p)), Some(TokenTree::Group(g))) if p.as_char() == '#' => {
             let inner: Vec<String> = g.stream().into_iter().map(|t| t.to_string()).collect();
-            g.delimiter() == Delimiter::Bracket && inner.first().is_some_and(|first| first == name)
+            g.delimiter() == Delimiter::Bracket
+                && inner.first().is_some_and(|first| first == name)
                 && (name != "cfg" || inner.get(1).is_some_and(|args| args.replace(' ', "") == "(test)"))
         }
         _ => false,
