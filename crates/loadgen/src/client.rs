@@ -393,10 +393,7 @@ async fn stream_into(
     if !status.is_success() {
         let text =
             tokio::time::timeout(timeouts.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
-        return Err((
-            ErrorClass::HttpStatus,
-            format!("HTTP {}: {}", status.as_u16(), crate::one_line(&text, 200)),
-        ));
+        return Err((ErrorClass::HttpStatus, format!("HTTP {}: {}", status.as_u16(), crate::one_line(&text, 200))));
     }
     let mut sse = SseParser::default();
     let mut ndjson = NdjsonParser::default();

@@ -12,20 +12,20 @@
 use crate::client::{measure, RequestOptions, Spec, Timeouts};
 use crate::group::completed_rate;
 use crate::group::load_label;
+use crate::os::{realtime_priority, Workers};
 use crate::record::Arrival;
 use crate::record::RequestRecord;
 use crate::record::Runtime;
 use crate::workload::Item;
 use crate::MAX_COUNT;
-use crate::os::{realtime_priority, Workers};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use supply::manifest::MAX_WAIT_S;
-use supply::manifest::Invalid;
 use rand::SeedableRng;
 use rand_distr::Distribution;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use supply::manifest::Invalid;
+use supply::manifest::MAX_WAIT_S;
 
 /// The arrival offsets (seconds from the group's start) of an open loop at `rate` requests/s:
 /// the first at 0, then gaps drawn from a gamma distribution of shape `burstiness` and mean
@@ -319,7 +319,6 @@ impl Pacer {
 /// The pacer's real-time priority, above the workers' ([`crate::os::WORKER_PRIORITY`]): a worker busy on
 /// every core cannot then hold a wake-up back, and a late wake is the machine's alone.
 const PACER_PRIORITY: i32 = 2;
-
 
 /// What the artifact says of the pacer: whether it ran at real-time priority, and if not, how
 /// to let it.

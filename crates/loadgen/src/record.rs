@@ -2,8 +2,8 @@
 //! the metrics read off one request.
 
 use schemars::JsonSchema;
-use supply::manifest::Invalid;
 use serde::{Deserialize, Serialize};
+use supply::manifest::Invalid;
 
 /// Why a request failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]

@@ -142,7 +142,6 @@ fn speaker(message: &Value) -> Option<&'static str> {
     }
 }
 
-
 /// A conversation's item: its first turn (after the system prompt, when there is one) as the
 /// first request, the others as follow-ups; none without a turn.
 fn conversation(name: String, system: Option<&str>, turns: &[&str], max_tokens: Option<usize>) -> Option<Item> {

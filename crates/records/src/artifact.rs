@@ -182,7 +182,8 @@ pub fn body(mut stored: Value) -> Result<Value, crate::columns::UnpackError> {
 pub fn read_artifact<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ArtifactError> {
     let shown = || path.display().to_string();
     let bytes = std::fs::read(path).map_err(|cause| ArtifactError::Io { path: shown(), cause })?;
-    let value = body(serde_json::from_slice(&bytes)?).map_err(|cause| ArtifactError::Unpack { path: shown(), cause })?;
+    let value =
+        body(serde_json::from_slice(&bytes)?).map_err(|cause| ArtifactError::Unpack { path: shown(), cause })?;
     Ok(serde_json::from_value(value)?)
 }
 

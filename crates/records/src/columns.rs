@@ -162,8 +162,7 @@ fn column(cells: Vec<Option<Value>>) -> Value {
         column.insert("present".into(), Value::from(lengths));
     }
     let values: Vec<Value> = cells.into_iter().flatten().collect();
-    let groupable =
-        !values.is_empty() && values.iter().all(|v| v.as_object().is_some_and(|m| !m.is_empty()));
+    let groupable = !values.is_empty() && values.iter().all(|v| v.as_object().is_some_and(|m| !m.is_empty()));
     if groupable {
         let maps: Vec<Map<String, Value>> =
             values.into_iter().map(|v| if let Value::Object(m) = v { m } else { unreachable!() }).collect();
@@ -345,9 +344,19 @@ fn cells(column: Value, count: u64, path: &str, budget: &mut Budget) -> Result<V
 }
 
 /// The `have` values of a column, from whichever encoding it holds.
-fn values(mut column: Map<String, Value>, have: u64, path: &str, budget: &mut Budget) -> Result<Vec<Value>, UnpackError> {
+fn values(
+    mut column: Map<String, Value>,
+    have: u64,
+    path: &str,
+    budget: &mut Budget,
+) -> Result<Vec<Value>, UnpackError> {
     let encoding = column.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
-    let out = match (column.shift_remove("values"), column.shift_remove("runs"), column.shift_remove("dict"), column.shift_remove(COLUMNS)) {
+    let out = match (
+        column.shift_remove("values"),
+        column.shift_remove("runs"),
+        column.shift_remove("dict"),
+        column.shift_remove(COLUMNS),
+    ) {
         (Some(Value::Array(values)), None, None, None) if column.is_empty() => values,
         (None, Some(Value::Array(runs)), None, None) if column.is_empty() => {
             let mut out = Vec::new();
@@ -357,9 +366,10 @@ fn values(mut column: Map<String, Value>, have: u64, path: &str, budget: &mut Bu
                 let Some((value, Some(len))) = pair.map(|p| (&p[0], p[1].as_u64())) else {
                     return Err(malformed(path, "each run is a [value, length] pair"));
                 };
-                total = total.checked_add(len).filter(|t| *t <= have).ok_or_else(|| {
-                    malformed(path, format!("the runs hold more than the column's {have} values"))
-                })?;
+                total = total
+                    .checked_add(len)
+                    .filter(|t| *t <= have)
+                    .ok_or_else(|| malformed(path, format!("the runs hold more than the column's {have} values")))?;
                 budget.charge(path, len, value.to_string().len() as u64)?;
                 out.extend(std::iter::repeat_n(value.clone(), len as usize));
             }

@@ -162,12 +162,8 @@ pub async fn spawn(
     let budget = run.kv_budget.unwrap_or_else(|| default_kv_budget(&model, run.max_active));
     let kv = model.model.kv_pool_within(budget, run.prefix_cache).map_err(std::io::Error::other)?;
     let metrics = Arc::new(metrics::Metrics::new(engine.clone(), kv.clone()));
-    let settings = Settings {
-        engine: run,
-        kv: kv.clone(),
-        metrics: metrics.clone(),
-        step_hook: config.step_hook.clone(),
-    };
+    let settings =
+        Settings { engine: run, kv: kv.clone(), metrics: metrics.clone(), step_hook: config.step_hook.clone() };
     let (engine_model, engine_state) = (model.clone(), engine.clone());
     std::thread::Builder::new()
         .name("engine".into())

@@ -15,10 +15,10 @@
 use common::chart::{cell, Chart, Lines, Section};
 use common::evidence::{ClaimResult, Observation};
 use common::experiment::{read_as, Experiment, ExperimentError, Flags, ReportOptions};
-use common::qwen::KvPool;
 use common::finding::Findings;
 use common::manifest::Invalid;
 use common::provenance::Provenance;
+use common::qwen::KvPool;
 use common::schedule::TimelineStep;
 use common::session::StepKind;
 use common::stats::{summarize, Summary};

@@ -161,7 +161,8 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
     for (i, run) in a.runs.iter().enumerate() {
         for (j, r) in run.requests.iter().enumerate() {
             let Some(job) = jobs.get(r.id.as_str()) else { continue };
-            let blocks = KvPool::blocks_for(job.prompt_tokens.saturating_add(r.output_ids.len().saturating_sub(1))).max(1);
+            let blocks =
+                KvPool::blocks_for(job.prompt_tokens.saturating_add(r.output_ids.len().saturating_sub(1))).max(1);
             let each = *per_block.get_or_insert(r.kv_cache_bytes / blocks);
             if each.checked_mul(blocks) != Some(r.kv_cache_bytes) || each == 0 {
                 return f.wrong(

@@ -86,7 +86,8 @@ fn tiny_manifest_run_writes_a_consistent_artifact_without_secrets() {
     for run in &a.runs {
         for r in &run.requests {
             let job = a.jobs.iter().find(|j| j.id == r.id).unwrap();
-            let positions = (job.prompt_tokens + job.max_new_tokens).next_multiple_of(common::qwen::KvPool::BLOCK_POSITIONS);
+            let positions =
+                (job.prompt_tokens + job.max_new_tokens).next_multiple_of(common::qwen::KvPool::BLOCK_POSITIONS);
             assert_eq!(r.kv_cache_bytes, per_position * positions, "{}", r.id);
         }
         assert!(run.peak_rss_bytes.unwrap_or(0) > 1 << 20, "peak resident memory recorded on Linux");

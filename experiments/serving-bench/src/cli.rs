@@ -275,8 +275,8 @@ impl BenchArgs {
     /// embedded server through both of its APIs. `URL@group` makes the URL one replica of the
     /// target `group`. The error is one line naming the flag.
     pub fn targets(&self) -> Result<Vec<TargetSpec>, String> {
-        use loadgen::client;
         use crate::serving::Kind;
+        use loadgen::client;
         let mut specs = Vec::new();
         for spec in &self.target {
             let shown = loadgen::client::redacted(spec);

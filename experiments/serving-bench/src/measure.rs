@@ -550,4 +550,3 @@ fn check_memory(params: &Parameters, items: &[workload::Item], targets: usize) -
     common::budget::fits(field, count, each, 0, common::budget::available_bytes())?;
     Ok(())
 }
-

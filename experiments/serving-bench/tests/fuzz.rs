@@ -6,9 +6,9 @@
 //! `just test` runs a sample (proptest's default of 256 cases per property, or `PROPTEST_CASES`);
 //! `just fuzz` runs 100,000 per property.
 
+use loadgen::stream::{Event, NdjsonParser, SseParser};
 use proptest::prelude::*;
 use serde_json::json;
-use loadgen::stream::{Event, NdjsonParser, SseParser};
 
 /// A stream event as a server writes it, and what the parser must make of it.
 fn sse_event() -> impl Strategy<Value = (String, Event)> {

@@ -59,8 +59,7 @@ fn a_forward_longer_than_a_slice_gives_the_bits_of_chunks_within_one() {
     let (mut a, mut b) = (model.new_cache(long.len()).unwrap(), model.new_cache(short.len()).unwrap());
     // The short one's greedy id through the screen, the long one's logits in full.
     let next = model.next_batch(&mut [(&mut b, &short[..]), (&mut a, &long[..])], &[Want::Greedy, Want::Logits]);
-    let argmax =
-        |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
+    let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |best, (i, x)| if *x > v[best] { i } else { best }) as u32;
     let values = |c: &[(u32, f32)]| c.iter().map(|(_, l)| *l).collect::<Vec<_>>();
     match &next.unwrap()[..] {
         [Next::Id(id), Next::Candidates(logits)] => {

@@ -30,7 +30,6 @@ impl FetchError {
     }
 }
 
-
 /// The model a server serves when none was named: the first it lists (the call bounded by the
 /// run's `--timeout`).
 pub async fn discover_model(client: &Http, kind: Kind, base: &str, timeouts: &Timeouts) -> Result<String, FetchError> {
@@ -47,7 +46,11 @@ pub async fn discover_model(client: &Http, kind: Kind, base: &str, timeouts: &Ti
 
 /// One metadata call, headers and body together within `limit`: a server that accepts the
 /// connection and never answers costs the run `limit`, not forever.
-pub(super) async fn fetch_json(request: reqwest::RequestBuilder, url: &str, limit: Duration) -> Result<Value, FetchError> {
+pub(super) async fn fetch_json(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    limit: Duration,
+) -> Result<Value, FetchError> {
     let call = async {
         let request_error = |cause| FetchError::Request { url: url.to_string(), cause };
         let r = request.send().await.map_err(request_error)?;

@@ -95,10 +95,7 @@ fn shared_prefix_groups_share_their_system_prompt_and_are_drawn_from_the_seed() 
     let other = Workload::shared_prefix(&dir, "tiny", shape, 8).unwrap();
     assert_ne!(other.record.items_sha256, w.record.items_sha256);
     for bad in ["1:2:3", "0:1:1:1", "1:1:0:1", "1:1:1:x", "1:1:1:999999999"] {
-        assert!(
-            SharedPrefix::parse(bad).unwrap_err().to_string().contains("GROUPS:PROMPTS:PREFIX:QUESTION"),
-            "{bad}"
-        );
+        assert!(SharedPrefix::parse(bad).unwrap_err().to_string().contains("GROUPS:PROMPTS:PREFIX:QUESTION"), "{bad}");
     }
 }
 

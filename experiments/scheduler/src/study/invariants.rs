@@ -2,11 +2,11 @@
 //! held to how the engine steps (what the audit and the binary both check).
 
 use super::{output_tokens_per_s, JobRecord, RequestRecord, RunRecord};
+use common::manifest::Invalid;
 use common::policy::Policy;
 use common::schedule::request_metrics;
 use common::session::{FinishReason, StepKind};
 use std::collections::BTreeMap;
-use common::manifest::Invalid;
 
 /// The invariants any honest scheduler run satisfies; a list of violations naming the field.
 /// The audit applies these to our artifacts and, where the fields exist, to the seed's. `jobs`

@@ -369,8 +369,8 @@ mod tests {
 
 #[cfg(test)]
 mod record_tests {
-    use super::super::summary::tests::rec;
     use super::super::output_inconsistency;
+    use super::super::summary::tests::rec;
     use super::*;
 
     #[test]

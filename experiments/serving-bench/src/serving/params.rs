@@ -2,13 +2,13 @@
 //! checks.
 
 use super::{RequestRecord, MAX_COUNT};
-use loadgen::client::Timeouts;
-use loadgen::load::Arrivals;
-use loadgen::record::{Endpoint, Sampling};
 use common::manifest::Invalid;
 use common::policy::Policy;
 use common::qwen::{KvBudget, Qwen2};
 use common::schedule::RunConfig;
+use loadgen::client::Timeouts;
+use loadgen::load::Arrivals;
+use loadgen::record::{Endpoint, Sampling};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
