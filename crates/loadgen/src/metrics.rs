@@ -180,40 +180,89 @@ fn value(values: &BTreeMap<String, f64>, alternatives: &[&[&str]]) -> Option<f64
     alternatives.iter().find_map(|names| names.iter().map(|n| values.get(*n)).sum::<Option<f64>>())
 }
 
-/// The server-side columns of one group's summary row, from its series (every round's), where
-/// the target exposed them:
-/// - `server_scrapes`, `server_scrape_errors`; `server_scrape_ms_p50`/`_p99`/`_max`: how long
-///   the good scrapes took to answer;
-/// - `server_running_mean`/`_max` and `server_waiting_mean`/`_max`: the requests a scrape saw,
-///   summed over replicas scraped at one moment, then over the scrapes;
-/// - `server_kv_usage_mean`/`_max`: the KV cache's share in use, replicas averaged;
-/// - `server_prefix_hit_rate`: prompt tokens found cached over those looked up, within the
-///   group's windows; `server_tokens_per_step`: the tokens its steps carried per step;
-/// - `server_preemptions`, `server_prompt_tokens`, `server_generation_tokens`: what the counters
-///   rose by over the windows, beside the client's own counts.
-///
-/// Counters' rises are taken per series and replica from its first to its last good scrape.
-pub fn columns(series: &[&ServerSeries]) -> BTreeMap<String, serde_json::Value> {
-    let mut row = BTreeMap::new();
-    let scrapes = || series.iter().flat_map(|s| s.scrapes.iter());
-    let good = scrapes().filter(|s| s.error.is_none()).count();
-    row.insert("server_scrapes".into(), serde_json::json!(good));
-    row.insert("server_scrape_errors".into(), serde_json::json!(scrapes().count() - good));
-    let mut answers: Vec<f64> = scrapes().filter_map(|s| s.answer_s).map(|s| s * 1000.0).collect();
-    answers.sort_by(f64::total_cmp);
-    for (name, p) in [("p50", 50.0), ("p99", 99.0), ("max", 100.0)] {
-        if let Some(ms) = records::stats::percentile_sorted(&answers, p) {
-            row.insert(format!("server_scrape_ms_{name}"), serde_json::json!(ms));
+/// The server-side columns of one group's summary row, under their stored names, where the
+/// target exposed them (a column the server gave nothing for is absent).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerColumns {
+    /// Good scrapes, and failed ones.
+    pub server_scrapes: usize,
+    pub server_scrape_errors: usize,
+    /// How long the good scrapes took to answer, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_scrape_ms_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_scrape_ms_p99: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_scrape_ms_max: Option<f64>,
+    /// The server whose names the series had ([`Dialect::server`]); without one, nothing below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_dialect: Option<String>,
+    /// The requests a scrape saw, summed over replicas scraped at one moment, then over the scrapes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_running_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_running_max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_waiting_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_waiting_max: Option<f64>,
+    /// The KV cache's share in use, replicas averaged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_kv_usage_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_kv_usage_max: Option<f64>,
+    /// Prompt tokens found cached over those looked up, within the group's windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_prefix_hit_rate: Option<f64>,
+    /// The tokens the engine's steps carried, per step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_tokens_per_step: Option<f64>,
+    /// What the counters rose by over the windows, beside the client's own counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_preemptions: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_prompt_tokens: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_generation_tokens: Option<f64>,
+}
+
+impl ServerColumns {
+    /// A gauge's mean and peak columns.
+    fn gauge(&mut self, gauge: Gauge) -> (&mut Option<f64>, &mut Option<f64>) {
+        match gauge {
+            Gauge::Running => (&mut self.server_running_mean, &mut self.server_running_max),
+            Gauge::Waiting => (&mut self.server_waiting_mean, &mut self.server_waiting_max),
+            Gauge::KvUsage => (&mut self.server_kv_usage_mean, &mut self.server_kv_usage_max),
         }
     }
-    let Some(dialect) = dialect_of(series) else { return row };
-    row.insert("server_dialect".into(), serde_json::json!(dialect.server));
+}
 
-    for (name, gauge) in Gauge::ALL {
+/// One group's [`ServerColumns`] from its series (every round's). Counters' rises are taken per
+/// series and replica from its first to its last good scrape.
+pub fn columns(series: &[&ServerSeries]) -> ServerColumns {
+    let scrapes = || series.iter().flat_map(|s| s.scrapes.iter());
+    let good = scrapes().filter(|s| s.error.is_none()).count();
+    let mut answers: Vec<f64> = scrapes().filter_map(|s| s.answer_s).map(|s| s * 1000.0).collect();
+    answers.sort_by(f64::total_cmp);
+    let answer = |p| records::stats::percentile_sorted(&answers, p);
+    let mut row = ServerColumns {
+        server_scrapes: good,
+        server_scrape_errors: scrapes().count() - good,
+        server_scrape_ms_p50: answer(50.0),
+        server_scrape_ms_p99: answer(99.0),
+        server_scrape_ms_max: answer(100.0),
+        ..ServerColumns::default()
+    };
+    let Some(dialect) = dialect_of(series) else { return row };
+    row.server_dialect = Some(dialect.server.to_string());
+
+    for (_, gauge) in Gauge::ALL {
         let v: Vec<f64> = gauge.over_time(dialect, series).into_iter().map(|(_, v)| v).collect();
         if !v.is_empty() {
-            row.insert(format!("server_{name}_mean"), serde_json::json!(v.iter().sum::<f64>() / v.len() as f64));
-            row.insert(format!("server_{name}_max"), serde_json::json!(v.iter().copied().fold(f64::MIN, f64::max)));
+            let (mean, max) = row.gauge(gauge);
+            *mean = Some(v.iter().sum::<f64>() / v.len() as f64);
+            *max = Some(v.iter().copied().fold(f64::MIN, f64::max));
         }
     }
 
@@ -237,19 +286,11 @@ pub fn columns(series: &[&ServerSeries]) -> BTreeMap<String, serde_json::Value> 
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
     };
-    let hit_rate = ratio(rise(dialect.prefix_hits), rise(dialect.prefix_queries));
-    let per_step = ratio(rise(dialect.step_tokens), rise(dialect.steps));
-    for (name, v) in [
-        ("server_prefix_hit_rate", hit_rate),
-        ("server_tokens_per_step", per_step),
-        ("server_preemptions", rise(dialect.preemptions)),
-        ("server_prompt_tokens", rise(dialect.prompt_tokens)),
-        ("server_generation_tokens", rise(dialect.generation_tokens)),
-    ] {
-        if let Some(v) = v {
-            row.insert(name.into(), serde_json::json!(v));
-        }
-    }
+    row.server_prefix_hit_rate = ratio(rise(dialect.prefix_hits), rise(dialect.prefix_queries));
+    row.server_tokens_per_step = ratio(rise(dialect.step_tokens), rise(dialect.steps));
+    row.server_preemptions = rise(dialect.preemptions);
+    row.server_prompt_tokens = rise(dialect.prompt_tokens);
+    row.server_generation_tokens = rise(dialect.generation_tokens);
     row
 }
 

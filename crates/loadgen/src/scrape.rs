@@ -8,9 +8,9 @@
 //! counters' rises cover the whole group. A replica that answers 404 or 501 has no `/metrics`;
 //! it is recorded once and not asked again in that group.
 
-use crate::record::Runtime;
 use crate::metrics::Scrape;
 use crate::metrics::ServerSeries;
+use crate::record::Runtime;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -235,13 +235,13 @@ mod tests {
         };
         assert_eq!(crate::metrics::series_problem(&series), None);
         let row = crate::metrics::columns(&[&series]);
-        assert_eq!(row["server_dialect"], "llama.cpp");
+        assert_eq!(row.server_dialect.as_deref(), Some("llama.cpp"));
         // The second request: 1 token computed, 52 found cached, of 53 looked up.
-        assert_eq!(row["server_prefix_hit_rate"].as_f64(), Some(52.0 / 53.0));
-        assert_eq!(row["server_prompt_tokens"].as_f64(), Some(53.0));
-        assert_eq!(row["server_generation_tokens"].as_f64(), Some(4.0));
-        assert_eq!((row["server_running_max"].as_f64(), row["server_waiting_mean"].as_f64()), (Some(1.0), Some(1.0)));
-        assert!(!row.contains_key("server_kv_usage_mean"), "llama-server exposes no KV use");
+        assert_eq!(row.server_prefix_hit_rate, Some(52.0 / 53.0));
+        assert_eq!(row.server_prompt_tokens, Some(53.0));
+        assert_eq!(row.server_generation_tokens, Some(4.0));
+        assert_eq!((row.server_running_max, row.server_waiting_mean), (Some(1.0), Some(1.0)));
+        assert_eq!(row.server_kv_usage_mean, None, "llama-server exposes no KV use");
     }
 
     #[test]
@@ -288,9 +288,9 @@ mod tests {
         let scrapes = (0..100).map(|i| at(i as f64, if i == 99 { 50.0 } else { 1.0 })).collect();
         let series = ServerSeries { runtime: "x".into(), load: "c1".into(), round: 0, scrapes };
         let row = crate::metrics::columns(&[&series]);
-        assert_eq!(row["server_scrape_ms_p50"].as_f64(), Some(1.0));
-        assert_eq!(row["server_scrape_ms_max"].as_f64(), Some(50.0));
-        let p99 = row["server_scrape_ms_p99"].as_f64().unwrap();
+        assert_eq!(row.server_scrape_ms_p50, Some(1.0));
+        assert_eq!(row.server_scrape_ms_max, Some(50.0));
+        let p99 = row.server_scrape_ms_p99.unwrap();
         assert!(p99 > 1.0 && p99 < 50.0, "interpolated between the 99th and 100th: {p99}");
     }
 }

@@ -184,6 +184,8 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
         match (fresh.get(i), artifact.summary.get(i)) {
             (Some(a), Some(b)) if a == b => {}
             (Some(a), Some(b)) => {
+                // Column by column, under the names the artifact stores.
+                let (a, b) = (a.columns(), b.columns());
                 let key = a.keys().chain(b.keys()).find(|k| a.get(*k) != b.get(*k)).cloned().unwrap_or_default();
                 // The server's view is the scrapes'; everything else is the requests'.
                 let source = if key.starts_with("server_") { "scrapes" } else { "requests" };

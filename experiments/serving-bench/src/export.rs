@@ -199,13 +199,13 @@ fn vllm(a: &ServingArtifact, group: &[&RequestRecord]) -> Value {
         }
     }
     // The group's summary row, for the goodput the SLOs gave.
-    let rate = first.and_then(|r| r.arrival).map(|a| a.rate_rps.map_or(json!("inf"), |r| json!(r)));
+    let rate = first.and_then(|r| r.arrival).map(|a| a.rate_rps);
     let row = a.summary.iter().find(|row| {
-        row.get("runtime").and_then(Value::as_str) == first.map(|r| r.runtime.as_str())
-            && row.get("concurrency").and_then(Value::as_u64) == first.map(|r| r.concurrency as u64)
-            && row.get("request_rate") == rate.as_ref()
+        Some(row.runtime.as_str()) == first.map(|r| r.runtime.as_str())
+            && Some(row.concurrency) == first.map(|r| r.concurrency)
+            && row.open_loop.map(|o| o.request_rate) == rate
     });
-    if let Some(goodput) = row.and_then(|row| row.get("goodput_rps")).and_then(Value::as_f64) {
+    if let Some(goodput) = row.and_then(|row| row.slo?.goodput_rps?) {
         v["request_goodput"] = json!(goodput);
     }
     v

@@ -94,8 +94,7 @@ pub(crate) fn section(title: &str, dir: &str, a: &Value) -> Section {
 /// agreement with the probe's verdicts.
 fn checked_outputs(a: &Value, section: &mut Section) {
     let read = |key: &str| a.get(key).cloned().unwrap_or_default();
-    let summary: Vec<std::collections::BTreeMap<String, Value>> =
-        serde_json::from_value(read("summary")).unwrap_or_default();
+    let summary: Vec<crate::serving::SummaryRow> = serde_json::from_value(read("summary")).unwrap_or_default();
     let agreement: Vec<crate::serving::Agreement> = serde_json::from_value(read("agreement")).unwrap_or_default();
     let open = a.pointer("/arguments/arrivals").is_some_and(|v| !v.is_null());
     let text = crate::table::checks_of(&summary, &agreement, open);

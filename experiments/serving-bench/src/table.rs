@@ -2,14 +2,15 @@
 //! paired comparisons between targets and between loads. Read from the artifact as written, so
 //! that nothing printed holds what the artifact may not.
 
-use crate::serving::{self, RequestRecord, ServingArtifact};
+use crate::serving::{self, RequestRecord, ServingArtifact, SummaryRow, Tail};
+use loadgen::metrics::ServerColumns;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// The summary as a table: one line per target and load.
 pub fn summary(a: &ServingArtifact) -> String {
     let mut out = String::new();
-    let f = |row: &Row, k: &str, scale: f64| num(row, k, scale, 1);
+    let f = |v: Option<f64>, scale: f64| num(v, scale, 1);
     let w = runtime_width(a);
     let open = a.arguments.arrivals.is_some();
     // Send lateness, and in brackets the client's own part (without waits for a slot).
@@ -36,75 +37,72 @@ pub fn summary(a: &ServingArtifact) -> String {
         if slo && open { "goodput/s" } else { "" }
     );
     for row in &a.summary {
-        let lateness = if open {
-            format!("{} ({})ms", f(row, "send_lateness_s_p99", 1000.0), f(row, "client_lateness_s_p99", 1000.0))
-        } else {
-            String::new()
+        let lateness = match &row.open_loop {
+            Some(o) if open => format!(
+                "{} ({})ms",
+                f(o.send_lateness_s.spread.p99, 1000.0),
+                f(o.client_lateness_s.and_then(|t| t.spread.p99), 1000.0)
+            ),
+            _ => String::new(),
         };
         let group = load_cell(row, open);
-        let met = if slo { format!("{}%", f(row, "slo_met_share", 100.0)) } else { String::new() };
-        let goodput = if slo && open { f(row, "goodput_rps", 1.0) } else { String::new() };
+        let met = if slo { format!("{}%", f(row.slo.and_then(|s| s.slo_met_share), 100.0)) } else { String::new() };
+        let goodput = if slo && open { f(row.slo.and_then(|s| s.goodput_rps).flatten(), 1.0) } else { String::new() };
         let _ = writeln!(
             out,
             "{:<w$} {:>8} {:>5} {:>5} {:>7}ms {:>7}ms {:>7}ms {:>8}ms {:>10} {:>11} {:>7} {:>9} {:>11} {:>16} {:>8} {:>9}",
-            row["runtime"].as_str().unwrap_or_default(),
+            row.runtime,
             group,
-            row["successes"].to_string(),
-            row["failures"].to_string(),
-            f(row, "ttft_s_p50", 1000.0),
-            f(row, "ttft_s_std", 1000.0),
-            f(row, "ttft_s_p95", 1000.0),
-            f(row, "total_s_p50", 1000.0),
-            f(row, "decode_tps_mean", 1.0),
-            f(row, "aggregate_output_tps_mean", 1.0),
-            num(row, "request_throughput_rps", 1.0, 2),
-            f(row, "output_throughput_tps", 1.0),
-            f(row, "total_token_throughput_tps", 1.0),
+            row.successes,
+            row.failures,
+            f(row.ttft_s.p50, 1000.0),
+            f(row.ttft_s.std, 1000.0),
+            f(row.ttft_s.p95, 1000.0),
+            f(row.total_s.p50, 1000.0),
+            f(row.decode_tps.mean, 1.0),
+            f(row.aggregate_output_tps.mean, 1.0),
+            num(row.throughput.request_throughput_rps, 1.0, 2),
+            f(row.throughput.output_throughput_tps, 1.0),
+            f(row.throughput.total_token_throughput_tps, 1.0),
             lateness,
             met,
             goodput,
         );
     }
     // Conversations: a first turn against the later ones, whose histories the server has seen.
-    for row in a.summary.iter().filter(|r| r.contains_key("ttft_s_first_turn_p50")) {
+    for (row, turns) in a.summary.iter().filter_map(|r| Some((r, r.turns?))) {
         let _ = writeln!(
             out,
             "{:<w$} {:>8} turns: ttft p50 first {}ms, later {}ms",
-            row["runtime"].as_str().unwrap_or_default(),
+            row.runtime,
             load_cell(row, open),
-            f(row, "ttft_s_first_turn_p50", 1000.0),
-            f(row, "ttft_s_later_turns_p50", 1000.0),
+            f(turns.first.p50, 1000.0),
+            f(turns.later.p50, 1000.0),
         );
     }
     // Open loops whose pacer's wakes were recorded: the client's own lateness in its two parts.
-    for row in a.summary.iter().filter(|r| r.contains_key("send_delay_s_p99")) {
+    let ms = |t: Option<Tail>| (num(t.and_then(|t| t.spread.p99), 1000.0, 2), num(t.and_then(|t| t.max), 1000.0, 2));
+    for (row, o) in a.summary.iter().filter_map(|r| Some((r, r.open_loop.filter(|o| o.send_delay_s.is_some())?))) {
+        let ((own, own_max), (pacer, pacer_max), (send, send_max)) =
+            (ms(o.client_lateness_s), ms(o.pacer_lateness_s), ms(o.send_delay_s));
         let _ = writeln!(
             out,
-            "{:<w$} {:>8} own lateness p99 {}ms (max {}ms), in two parts: the pacer woken late, the machine's, p99 {}ms (max {}ms); sending once awake, the client's, p99 {}ms (max {}ms)",
-            row["runtime"].as_str().unwrap_or_default(),
+            "{:<w$} {:>8} own lateness p99 {own}ms (max {own_max}ms), in two parts: the pacer woken late, the machine's, p99 {pacer}ms (max {pacer_max}ms); sending once awake, the client's, p99 {send}ms (max {send_max}ms)",
+            row.runtime,
             load_cell(row, open),
-            num(row, "client_lateness_s_p99", 1000.0, 2),
-            num(row, "client_lateness_s_max", 1000.0, 2),
-            num(row, "pacer_lateness_s_p99", 1000.0, 2),
-            num(row, "pacer_lateness_s_max", 1000.0, 2),
-            num(row, "send_delay_s_p99", 1000.0, 2),
-            num(row, "send_delay_s_max", 1000.0, 2),
         );
     }
     // Where the stall probe watched: the send delay's part the machine held, and the client's own.
-    for row in a.summary.iter().filter(|r| r.contains_key("send_own_s_p99")) {
+    for (row, s) in a.summary.iter().filter_map(|r| Some((r, r.stalls?))) {
+        let ((held, held_max), (own, own_max)) = (ms(Some(s.send_held_s)), ms(Some(s.send_own_s)));
         let _ = writeln!(
             out,
-            "{:<w$} {:>8} sending once awake, held by the machine (stall probe) p99 {}ms (max {}ms); the client's own p99 {}ms (max {}ms); {} stalls, {}ms in all; the probe took {}ms of CPU",
-            row["runtime"].as_str().unwrap_or_default(),
+            "{:<w$} {:>8} sending once awake, held by the machine (stall probe) p99 {held}ms (max {held_max}ms); the client's own p99 {own}ms (max {own_max}ms); {} stalls, {}ms in all; the probe took {}ms of CPU",
+            row.runtime,
             load_cell(row, open),
-            num(row, "send_held_s_p99", 1000.0, 2),
-            num(row, "send_held_s_max", 1000.0, 2),
-            num(row, "send_own_s_p99", 1000.0, 2),
-            num(row, "send_own_s_max", 1000.0, 2),
-            num(row, "machine_stalls", 1.0, 0),
-            num(row, "machine_stalled_s", 1000.0, 1),
-            num(row, "stall_probe_cpu_s", 1000.0, 1),
+            s.machine_stalls,
+            num(Some(s.machine_stalled_s), 1000.0, 1),
+            num(Some(s.stall_probe_cpu_s), 1000.0, 1),
         );
     }
     out.push_str(&server_view(a));
@@ -115,16 +113,17 @@ pub fn summary(a: &ServingArtifact) -> String {
 /// and waiting, KV cache use (mean / peak), prefix-cache hit rate, tokens per step, preemptions,
 /// and how fast `/metrics` answered.
 fn server_view(a: &ServingArtifact) -> String {
-    let rows: Vec<_> = a.summary.iter().filter(|r| r.contains_key("server_scrapes")).collect();
+    let rows: Vec<(&SummaryRow, &ServerColumns)> =
+        a.summary.iter().filter_map(|r| Some((r, r.server.as_ref()?))).collect();
     if rows.is_empty() {
         return String::new();
     }
     let open = a.arguments.arrivals.is_some();
     let w = runtime_width(a);
     // Mean/peak; requests are whole at their peak, a share of the cache is not.
-    let pair = |row: &Row, k: &str, scale: f64, peak_digits: usize| match (
-        num(row, &format!("{k}_mean"), scale, 1),
-        num(row, &format!("{k}_max"), scale, peak_digits),
+    let pair = |mean: Option<f64>, max: Option<f64>, scale: f64, peak_digits: usize| match (
+        num(mean, scale, 1),
+        num(max, scale, peak_digits),
     ) {
         (mean, max) if mean != "-" && max != "-" => format!("{mean}/{max}"),
         _ => "-".into(),
@@ -144,24 +143,24 @@ fn server_view(a: &ServingArtifact) -> String {
         "scrapes",
         "scrape p99"
     );
-    for row in rows {
-        let scrapes = match row.get("server_scrape_errors").and_then(|v| v.as_u64()) {
-            Some(0) | None => row["server_scrapes"].to_string(),
-            Some(errors) => format!("{}+{errors}!", row["server_scrapes"]),
+    for (row, s) in rows {
+        let scrapes = match s.server_scrape_errors {
+            0 => s.server_scrapes.to_string(),
+            errors => format!("{}+{errors}!", s.server_scrapes),
         };
         let _ = writeln!(
             out,
             "{:<w$} {:>8} {:>9} {:>9} {:>11} {:>9} {:>10} {:>8} {:>8} {:>11}ms",
-            row["runtime"].as_str().unwrap_or_default(),
+            row.runtime,
             load_cell(row, open),
-            pair(row, "server_running", 1.0, 0),
-            pair(row, "server_waiting", 1.0, 0),
-            pair(row, "server_kv_usage", 100.0, 1),
-            num(row, "server_prefix_hit_rate", 100.0, 1),
-            num(row, "server_tokens_per_step", 1.0, 1),
-            num(row, "server_preemptions", 1.0, 0),
+            pair(s.server_running_mean, s.server_running_max, 1.0, 0),
+            pair(s.server_waiting_mean, s.server_waiting_max, 1.0, 0),
+            pair(s.server_kv_usage_mean, s.server_kv_usage_max, 100.0, 1),
+            num(s.server_prefix_hit_rate, 100.0, 1),
+            num(s.server_tokens_per_step, 1.0, 1),
+            num(s.server_preemptions, 1.0, 0),
             scrapes,
-            num(row, "server_scrape_ms_p99", 1.0, 2),
+            num(s.server_scrape_ms_p99, 1.0, 2),
         );
     }
     // A target whose every scrape failed, once, with the first reason.
@@ -179,8 +178,6 @@ fn server_view(a: &ServingArtifact) -> String {
     out
 }
 
-type Row = BTreeMap<String, serde_json::Value>;
-
 /// The output checks: the groups with inconsistent answers, then each pair of targets' agreement
 /// (the share identical, where the differing answers first part, and each probe's verdict).
 /// Empty when there is nothing to say.
@@ -189,12 +186,12 @@ pub fn checks(a: &ServingArtifact) -> String {
 }
 
 /// [`checks`] from an artifact's summary rows and agreement (the report reads them from JSON).
-pub(crate) fn checks_of(summary: &[Row], agreement: &[serving::Agreement], open: bool) -> String {
+pub(crate) fn checks_of(summary: &[SummaryRow], agreement: &[serving::Agreement], open: bool) -> String {
     let mut out = String::new();
     for row in summary {
-        let n = row.get("inconsistent_outputs").and_then(|v| v.as_u64()).unwrap_or(0);
+        let n = row.inconsistent_outputs.unwrap_or(0);
         if n > 0 {
-            let (runtime, load) = (row["runtime"].as_str().unwrap_or_default(), load_cell(row, open));
+            let (runtime, load) = (&row.runtime, load_cell(row, open));
             let _ = writeln!(
                 out,
                 "inconsistent: {runtime} {load}: {n} answer(s) contradict their request (see requests[].inconsistency)"
@@ -229,23 +226,23 @@ pub(crate) fn checks_of(summary: &[Row], agreement: &[serving::Agreement], open:
     out
 }
 
-/// A summary column's number scaled and printed with `digits` decimals; `-` where the row has none.
-fn num(row: &Row, k: &str, scale: f64, digits: usize) -> String {
-    row.get(k).and_then(|v| v.as_f64()).map_or_else(|| "-".into(), |v| format!("{:.*}", digits, v * scale))
+/// A summary column's number scaled and printed with `digits` decimals; `-` where there is none.
+fn num(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.*}", digits, v * scale))
 }
 
 /// The runtime column's width: its longest name (a name is never cut, and columns stay aligned).
 fn runtime_width(a: &ServingArtifact) -> usize {
-    a.summary.iter().filter_map(|r| r.get("runtime")?.as_str()).map(|n| n.chars().count()).fold(18, usize::max)
+    a.summary.iter().map(|r| r.runtime.chars().count()).fold(18, usize::max)
 }
 
 /// A summary row's load as the tables show it: the closed rounds' concurrency, else the open
 /// loop's rate (`sync`: one at a time; `inf`: as fast as the cap allows).
-fn load_cell(row: &Row, open: bool) -> String {
-    match (open, row.get("request_rate").and_then(serde_json::Value::as_f64)) {
-        (false, _) => row["concurrency"].to_string(),
+fn load_cell(row: &SummaryRow, open: bool) -> String {
+    match (open, row.open_loop.and_then(|o| o.request_rate)) {
+        (false, _) => row.concurrency.to_string(),
         (true, Some(rate)) => format!("{rate:.2}"),
-        (true, None) if row["concurrency"] == 1 => "sync".into(),
+        (true, None) if row.concurrency == 1 => "sync".into(),
         (true, None) => "inf".into(),
     }
 }
@@ -325,27 +322,27 @@ pub fn comparison(a: &ServingArtifact) -> String {
 /// report compare the rest.
 fn open_comparison(a: &ServingArtifact) -> String {
     let Some(first) = a.runtimes.first().filter(|_| a.runtimes.len() > 1) else { return String::new() };
-    let load = |row: &Row| (row.get("concurrency").cloned(), row.get("request_rate").cloned());
-    let runtime = |row: &Row| row.get("runtime").and_then(|v| v.as_str()).unwrap_or_default().to_string();
-    let mut columns =
-        vec![("ttft_s_p99", "TTFT p99"), ("total_s_p50", "total p50"), ("aggregate_output_tps_mean", "output tok/s")];
+    let load = |row: &SummaryRow| (row.concurrency, row.open_loop.map(|o| o.request_rate));
+    type Column = (fn(&SummaryRow) -> Option<f64>, &'static str);
+    let mut columns: Vec<Column> = vec![
+        (|r| r.ttft_s.p99, "TTFT p99"),
+        (|r| r.total_s.p50, "total p50"),
+        (|r| r.aggregate_output_tps.mean, "output tok/s"),
+    ];
     if !a.arguments.slo.is_empty() {
-        columns.push(("goodput_rps", "goodput"));
+        columns.push((|r| r.slo.and_then(|s| s.goodput_rps).flatten(), "goodput"));
     }
     let mut lines = Vec::new();
-    for row in a.summary.iter().filter(|r| runtime(r) != first.name) {
-        let Some(base) = a.summary.iter().find(|b| runtime(b) == first.name && load(b) == load(row)) else { continue };
+    for row in a.summary.iter().filter(|r| r.runtime != first.name) {
+        let Some(base) = a.summary.iter().find(|b| b.runtime == first.name && load(b) == load(row)) else { continue };
         let ratios: Vec<String> = columns
             .iter()
-            .map(|(key, name)| {
-                let value = |r: &Row| r.get(*key).and_then(serde_json::Value::as_f64);
-                match (value(row), value(base)) {
-                    (Some(x), Some(b)) if b > 0.0 => format!("{name} {}x", ratio(x / b)),
-                    _ => format!("{name} -"),
-                }
+            .map(|(value, name)| match (value(row), value(base)) {
+                (Some(x), Some(b)) if b > 0.0 => format!("{name} {}x", ratio(x / b)),
+                _ => format!("{name} -"),
             })
             .collect();
-        lines.push(format!("  {:<18} {:>8}  {}", runtime(row), load_cell(row, true), ratios.join(", ")));
+        lines.push(format!("  {:<18} {:>8}  {}", row.runtime, load_cell(row, true), ratios.join(", ")));
     }
     if lines.is_empty() {
         return String::new();

@@ -23,7 +23,7 @@ fn the_benchmark_measures_inter_token_latency_per_token_from_the_embedded_server
         assert_eq!(r.chunk_tokens.len() as u64, r.chunks, "{r:?}");
         assert_eq!(r.chunk_tokens.iter().sum::<u64>(), r.output_tokens().0, "{r:?}");
     }
-    assert!(a.summary.iter().all(|row| row["itl_source"] == "usage"), "{:?}", a.summary);
+    assert!(a.summary.iter().all(|row| row.itl_source == "usage"), "{:?}", a.summary);
     assert_audits_ok(&out);
 }
 
@@ -54,10 +54,11 @@ fn the_benchmark_runs_end_to_end_on_the_embedded_server() {
     }
     // The summary is exactly what the records say.
     assert_eq!(a.summary, serving_bench::serving::summarize_all(&a.arguments, &a.runtimes, &a.requests));
-    let ollama = a.summary.iter().find(|row| row["runtime"] == "embedded-ollama" && row["concurrency"] == 4).unwrap();
+    let ollama =
+        a.summary.iter().find(|row| row.runtime == "embedded-ollama" && row.concurrency == 4).unwrap().columns();
     assert_eq!((ollama["requests"].as_u64(), ollama["successes"].as_u64()), (Some(40), Some(40)));
     assert!(ollama["prompt_tps_mean"].as_f64().unwrap() > 0.0, "Ollama's counters give prefill speed");
-    let openai = a.summary.iter().find(|row| row["runtime"] == "embedded-openai").unwrap();
+    let openai = a.summary.iter().find(|row| row.runtime == "embedded-openai").unwrap().columns();
     assert!(openai["prompt_tps_mean"].is_null() && openai["prompt_tps_note"].is_string());
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("embedded-ollama") && stdout.contains("artifact: "), "{stdout}");
@@ -208,7 +209,7 @@ fn an_open_loop_keeps_its_schedule_and_the_audit_redraws_it() {
     }
     // One summary row per rate, of the ten measured requests, with the client's lateness.
     assert_eq!(a.summary.len(), 2);
-    for (row, rate) in a.summary.iter().zip([json!(40.0), json!("inf")]) {
+    for (row, rate) in a.summary.iter().map(|r| r.columns()).zip([json!(40.0), json!("inf")]) {
         assert_eq!((row["request_rate"].clone(), row["requests"].as_u64()), (rate, Some(10)), "{row:?}");
         assert!(row["send_lateness_s_p99"].as_f64().is_some_and(|l| l >= 0.0), "{row:?}");
         assert!(row["client_lateness_s_max"].as_f64() <= row["send_lateness_s_max"].as_f64(), "{row:?}");
@@ -332,8 +333,15 @@ fn a_sweep_runs_one_at_a_time_then_flat_out_then_at_rates_between_and_the_audit_
     assert_eq!(loads[2..], [(Some(between[0]), 4), (Some(between[1]), 4)], "{low} {high}");
     // One at a time: each request sent after the one before it ended.
     assert!(a.requests[..8].windows(2).all(|w| w[1].sent_s.unwrap() >= w[0].end_s), "{:?}", &a.requests[..8]);
-    let labels: Vec<&str> = a.summary.iter().map(|r| r["request_rate"].as_str().unwrap_or("rate")).collect();
-    assert_eq!((labels, a.summary[0]["concurrency"].as_u64()), (vec!["inf", "inf", "rate", "rate"], Some(1)));
+    let labels: Vec<&str> = a
+        .summary
+        .iter()
+        .map(|r| match r.open_loop {
+            Some(o) if o.request_rate.is_none() => "inf",
+            _ => "rate",
+        })
+        .collect();
+    assert_eq!((labels, a.summary[0].concurrency), (vec!["inf", "inf", "rate", "rate"], 1));
     assert_audits_ok(&out);
     // The audit derives the rates again from the first two groups: a slower synchronous group
     // on file (one end moved, sealed again) no longer gives the rates the run used.
@@ -367,7 +375,11 @@ fn an_open_loop_prints_each_target_over_the_first_under_the_same_load() {
     assert_eq!(lines.len(), 2, "{stdout}");
     for (line, rate) in lines.iter().zip([json!(50.0), json!("inf")]) {
         let row = |runtime: &str| {
-            a.summary.iter().find(|r| r["runtime"] == runtime && r["request_rate"] == rate).expect("a summary row")
+            a.summary
+                .iter()
+                .map(|r| r.columns())
+                .find(|r| r["runtime"] == runtime && r["request_rate"] == rate)
+                .expect("a summary row")
         };
         let ratio =
             |key: &str| row("embedded-ollama")[key].as_f64().unwrap() / row("embedded-openai")[key].as_f64().unwrap();
@@ -568,13 +580,17 @@ fn credentials_in_a_target_url_are_used_and_never_recorded() {
     assert!(a.requests.len() == 1 && a.requests[0].ok(), "{:?}", a.requests);
     assert!(a.runtimes[0].base_url.starts_with("http://<redacted>@127.0.0.1:"), "{:?}", a.runtimes);
     let name = "local-server-with-a-long-name";
-    assert_eq!((a.runtimes[0].name.as_str(), a.summary[0]["runtime"].as_str()), (name, Some(name)));
+    assert_eq!((a.runtimes[0].name.as_str(), a.summary[0].runtime.as_str()), (name, name));
     assert!(
         a.server_metrics[0].scrapes.iter().all(|s| s.error.is_none() && !s.values.is_empty() && s.answer_s.is_some()),
         "{:?}",
         a.server_metrics
     );
-    assert!(a.summary[0]["server_scrape_ms_p99"].as_f64().is_some_and(|ms| ms > 0.0), "{:?}", a.summary[0]);
+    assert!(
+        a.summary[0].server.as_ref().and_then(|s| s.server_scrape_ms_p99).is_some_and(|ms| ms > 0.0),
+        "{:?}",
+        a.summary[0]
+    );
     // Both printed tables keep their columns aligned under a name longer than the default width.
     let printed = serving_bench::table::summary(&a);
     for table in printed.split("\n\n") {
@@ -733,7 +749,7 @@ fn conversations_resend_the_servers_replies_and_the_audit_holds_their_turns() {
     assert!(reused >= reusable, "{reused} reused, {reusable} positions of earlier prompts");
     let w = a.workload.as_ref().unwrap();
     assert_eq!((w.source.as_str(), w.conversation_turns.clone()), ("multi-turn", vec![3, 3]));
-    let row = &a.summary[0];
+    let row = a.summary[0].columns();
     assert_eq!((row["ttft_s_first_turn_n"].as_u64(), row["ttft_s_later_turns_n"].as_u64()), (Some(2), Some(4)));
     assert_audits_ok(&out);
     // A conversation's last turn dropped, its turns renumbered, one turn given another
@@ -857,7 +873,7 @@ fn replicas_of_one_deployment_are_measured_as_one_target() {
     let replicas: std::collections::BTreeSet<usize> = a.server_metrics[0].scrapes.iter().map(|s| s.replica).collect();
     assert_eq!(replicas, [0, 1].into());
     let generated: u64 = a.requests.iter().map(|r| r.output_tokens().0).sum();
-    assert_eq!(a.summary[0]["server_generation_tokens"].as_f64(), Some(generated as f64));
+    assert_eq!(a.summary[0].server.as_ref().and_then(|s| s.server_generation_tokens), Some(generated as f64));
     assert_audits_ok(&out);
 }
 
@@ -876,7 +892,7 @@ fn the_servers_metrics_are_scraped_through_every_group_and_agree_with_the_client
         let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&out).unwrap();
         assert_eq!(a.arguments.scrape_metrics_s, Some(0.1));
         assert_eq!(a.server_metrics.len(), windows, "{name}");
-        for row in &a.summary {
+        for row in a.summary.iter().map(|r| r.columns()) {
             let group: Vec<_> = a
                 .requests
                 .iter()
@@ -1289,7 +1305,7 @@ fn agreement_is_checked_answer_by_answer_and_every_difference_is_judged() {
     assert_audits_ok(&path);
     let a: serving_bench::serving::ServingArtifact = common::artifact::read_artifact(&path).unwrap();
     assert!(a.requests.iter().all(|r| r.ok() && r.text.is_some() && r.text_sha256.is_some()));
-    assert!(a.summary.iter().all(|row| row["inconsistent_outputs"] == 0), "{:?}", a.summary);
+    assert!(a.summary.iter().all(|row| row.inconsistent_outputs == Some(0)), "{:?}", a.summary);
     assert_eq!(a.agreement.len(), 3, "every pair of three targets");
     let same = &a.agreement[0];
     assert_eq!(same.targets, ["embedded-openai".to_string(), "embedded-ollama".to_string()]);
@@ -1389,7 +1405,7 @@ fn the_stall_probe_sets_the_machines_holds_apart_from_the_clients_own_delay() {
     // Every request of the group says which CPU sent it; its send delay is held plus own.
     let group: Vec<_> = a.requests.iter().filter(|r| r.arrival.is_some_and(|x| x.rate_rps.is_some())).collect();
     assert!(group.iter().all(|r| r.sent_cpu.is_some_and(|c| probed.cpus.contains(&c))), "{group:?}");
-    let row = a.summary.iter().find(|r| r["request_rate"] == json!(100.0)).unwrap();
+    let row = a.summary.iter().map(|r| r.columns()).find(|r| r["request_rate"] == json!(100.0)).unwrap();
     let split: Vec<_> = group
         .iter()
         .filter(|r| !r.arrival.unwrap().warmup)
@@ -1400,7 +1416,7 @@ fn the_stall_probe_sets_the_machines_holds_apart_from_the_clients_own_delay() {
     let v = |k: &str| row[k].as_f64().unwrap();
     assert!((v("send_held_s_mean") + v("send_own_s_mean") - v("send_delay_s_mean")).abs() < 1e-9, "{row:?}");
     assert!(v("send_own_s_max") <= v("send_delay_s_max") + 1e-12, "{row:?}");
-    let unprobed = a.summary.iter().find(|r| r["request_rate"] == json!("inf")).unwrap();
+    let unprobed = a.summary.iter().map(|r| r.columns()).find(|r| r["request_rate"] == json!("inf")).unwrap();
     assert!(!unprobed.contains_key("send_own_s_p99"), "{unprobed:?}");
     assert_audits_ok(&out);
 

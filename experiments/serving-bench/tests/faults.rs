@@ -185,7 +185,7 @@ async fn a_stream_that_ends_well_without_text_is_an_empty_stream_failure() {
         &runtimes,
         std::slice::from_ref(&r),
     );
-    assert_eq!(summary[0]["failures_by_class"]["empty_stream"], 1, "{:?}", summary[0]);
+    assert_eq!(summary[0].failures_by_class["empty_stream"], 1, "{:?}", summary[0]);
 }
 
 #[tokio::test]
@@ -266,9 +266,9 @@ async fn usage_that_contradicts_the_request_is_a_failure_of_its_own_and_enters_n
     // In the summary it is a failure by its class, and no token of it is throughput.
     let runtimes = [scripted_runtime(Kind::OpenAi)];
     let row = &serving_bench::serving::summarize_all(&serving_bench::cli::seed_parameters(), &runtimes, &[r])[0];
-    assert_eq!(row["failures_by_class"]["inconsistent_usage"], 1, "{row:?}");
-    assert_eq!(row["successes"], 0);
-    assert_eq!(row["aggregate_output_tps_mean"].as_f64(), Some(0.0), "{row:?}");
+    assert_eq!(row.failures_by_class["inconsistent_usage"], 1, "{row:?}");
+    assert_eq!(row.successes, 0);
+    assert_eq!(row.aggregate_output_tps.mean, Some(0.0), "{row:?}");
 }
 
 #[tokio::test]
@@ -303,7 +303,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
         &runtimes,
         std::slice::from_ref(&r),
     )[0];
-    assert_eq!((row["itl_source"].as_str(), row["itl_s_n"].as_u64()), (Some("usage"), Some(3)));
+    assert_eq!((row.itl_source.as_str(), row.itl_s.n), ("usage", 3));
     let plain = run(Kind::OpenAi, scripted(vec![w(&good_sse())]).await, timeouts()).await;
     assert!(plain.chunk_tokens.is_empty());
     let row = &serving_bench::serving::summarize_all(
@@ -311,7 +311,7 @@ async fn running_usage_counts_give_each_chunk_its_tokens_and_per_token_gaps() {
         &runtimes,
         std::slice::from_ref(&plain),
     )[0];
-    assert_eq!(row["itl_source"].as_str(), Some("chunks"));
+    assert_eq!(row.itl_source, "chunks");
 }
 
 /// A TLS server with a fresh self-signed certificate, answering each of `connections` with the

@@ -33,7 +33,7 @@ pub struct ServingArtifact {
     pub prompts: BTreeMap<String, String>,
     pub measurement_notes: BTreeMap<String, String>,
     pub completed_at: String,
-    pub summary: Vec<BTreeMap<String, serde_json::Value>>,
+    pub summary: Vec<super::SummaryRow>,
     pub requests: Vec<RequestRecord>,
     /// What was sent: the workload's source, digests and prompt lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,109 +3,103 @@
 //! stored summary is recomputed by the same code that wrote it.
 
 use super::params::{Parameters, SLO_METRICS};
+use super::row::{OpenLoop, Slo, Spread, Stalls, SummaryRow, Tail, Throughput, Turns, PERCENTILE_METRICS};
 use super::{groups, ErrorClass, RequestRecord, Runtime};
-use loadgen::group::window_s;
 use common::stats::summarize;
+use loadgen::group::window_s;
 use std::collections::BTreeMap;
 
-/// mean / std / p50 / p95 / p99 and n of one metric, flattened into the seed's
-/// `<metric>_<stat>` names. The standard deviation is the population's (as vLLM's printout
-/// gives it), over the values the mean is taken over.
-pub(super) fn put(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
+/// mean / std / p50 / p95 / p99 and n of one metric. The standard deviation is the
+/// population's (as vLLM's printout gives it), over the values the mean is taken over.
+fn spread(values: &[f64]) -> Spread {
     let s = summarize(values);
     let std = s.mean.map(|mean| {
         let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
         (finite.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / finite.len() as f64).sqrt()
     });
-    for (stat, v) in [("mean", s.mean), ("std", std), ("p50", s.p50), ("p95", s.p95), ("p99", s.p99)] {
-        row.insert(format!("{metric}_{stat}"), serde_json::json!(v));
-    }
-    row.insert(format!("{metric}_n"), serde_json::json!(s.n));
+    Spread { mean: s.mean, std, p50: s.p50, p95: s.p95, p99: s.p99, n: s.n }
 }
 
-/// [`put`], and the metric's largest value as `<metric>_max`: for the lateness columns, whose
-/// tail a reader looks at first.
-fn put_with_max(row: &mut BTreeMap<String, serde_json::Value>, metric: &str, values: &[f64]) {
-    put(row, metric, values);
-    row.insert(format!("{metric}_max"), serde_json::json!(values.iter().copied().reduce(f64::max)));
+/// [`spread`], and the metric's largest value.
+fn tail(values: &[f64]) -> Tail {
+    Tail { spread: spread(values), max: values.iter().copied().reduce(f64::max) }
 }
 
-/// The summary of one (runtime, concurrency) group. Keys follow the seed (`ttft_s_mean`, ...)
-/// plus `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
+/// The summary of one (runtime, concurrency) group: the seed's columns (`ttft_s_mean`, ...) plus
+/// `_p99` and `_n` for every metric, TPOT and chunk gaps, failure counts by class, the token
 /// count sources used, and why `prompt_tps` is null when it is.
 pub(crate) fn summarize_group(
     runtime: &str,
     model: &str,
     concurrency: usize,
     records: &[&RequestRecord],
-) -> BTreeMap<String, serde_json::Value> {
+) -> SummaryRow {
     let ok: Vec<&&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
-    let mut row = BTreeMap::new();
-    row.insert("runtime".into(), serde_json::json!(runtime));
-    row.insert("model".into(), serde_json::json!(model));
-    row.insert("concurrency".into(), serde_json::json!(concurrency));
-    row.insert("requests".into(), serde_json::json!(records.len()));
-    row.insert("successes".into(), serde_json::json!(ok.len()));
-    row.insert("failures".into(), serde_json::json!(records.len() - ok.len()));
-    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut failures_by_class: BTreeMap<String, usize> = BTreeMap::new();
     for r in records.iter().filter_map(|r| r.error) {
-        *classes.entry(r.name()).or_default() += 1;
+        *failures_by_class.entry(r.name()).or_default() += 1;
     }
-    row.insert("failures_by_class".into(), serde_json::json!(classes));
     let collect = |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|r| f(r)).collect::<Vec<f64>>();
-    put(&mut row, "ttft_s", &collect(RequestRecord::ttft));
     // Multi-turn conversations: a first turn's TTFT beside the later turns', whose histories
     // the server has seen (all but the newest question, with a prefix cache).
-    if records.iter().any(|r| r.turn.is_some()) {
+    let turns = records.iter().any(|r| r.turn.is_some()).then(|| {
         let ttft_of = |later: bool| {
             ok.iter()
                 .filter(|r| r.turn.is_some_and(|t| (t > 0) == later))
                 .filter_map(|r| r.ttft())
                 .collect::<Vec<f64>>()
         };
-        put(&mut row, "ttft_s_first_turn", &ttft_of(false));
-        put(&mut row, "ttft_s_later_turns", &ttft_of(true));
-    }
-    put(&mut row, "total_s", &collect(|r| Some(r.total())));
+        Turns { first: spread(&ttft_of(false)), later: spread(&ttft_of(true)) }
+    });
     let prompt = collect(RequestRecord::prompt_tps);
-    put(&mut row, "prompt_tps", &prompt);
-    row.insert(
-        "prompt_tps_note".into(),
-        serde_json::json!(if prompt.is_empty() && !ok.is_empty() {
-            Some("the server reported no prefill duration (OpenAI-compatible APIs do not); only Ollama's prompt_eval counters give it")
-        } else {
-            None
-        }),
-    );
-    put(&mut row, "decode_tps", &collect(RequestRecord::decode_tps));
-    put(&mut row, "tpot_s", &collect(RequestRecord::tpot));
-    put(&mut row, "request_tps", &collect(RequestRecord::request_tps));
+    let prompt_tps_note = (prompt.is_empty() && !ok.is_empty()).then(|| {
+        "the server reported no prefill duration (OpenAI-compatible APIs do not); only Ollama's prompt_eval counters give it".to_string()
+    });
     let gaps: Vec<f64> = ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect();
-    put(&mut row, "chunk_gap_s", &gaps);
     // Inter-token latency: per token where every request's chunks carry their token counts,
     // else per chunk (the same numbers as the chunk gaps), and the row says which.
     let per_token = !ok.is_empty() && ok.iter().all(|r| r.chunk_tokens.len() as u64 == r.chunks);
-    let itl: Vec<f64> = if per_token { ok.iter().flat_map(|r| r.token_gaps()).collect() } else { gaps };
-    put(&mut row, "itl_s", &itl);
-    row.insert("itl_source".into(), serde_json::json!(if per_token { "usage" } else { "chunks" }));
+    let itl_s =
+        if per_token { spread(&ok.iter().flat_map(|r| r.token_gaps()).collect::<Vec<f64>>()) } else { spread(&gaps) };
     // Aggregate throughput: per round, successful output tokens over the round's wall time.
     let mut rounds: BTreeMap<usize, Vec<&RequestRecord>> = BTreeMap::new();
     for r in records {
         rounds.entry(r.round).or_default().push(r);
     }
     let aggregate: Vec<f64> = rounds.values().filter_map(|rs| aggregate_tps(rs)).collect();
-    put(&mut row, "aggregate_output_tps", &aggregate);
-    throughput_columns(&mut row, records);
-    let mut sources: Vec<String> = ok.iter().map(|r| format!("{:?}", r.output_tokens().1).to_lowercase()).collect();
-    sources.sort();
-    sources.dedup();
-    row.insert("output_token_sources".into(), serde_json::json!(sources));
-    // Checked outputs, in a run whose answers carry digests (an artifact from before has none).
-    if records.iter().any(|r| r.text_sha256.is_some()) {
-        let inconsistent = ok.iter().filter(|r| r.inconsistency.is_some()).count();
-        row.insert("inconsistent_outputs".into(), serde_json::json!(inconsistent));
+    let mut output_token_sources: Vec<String> =
+        ok.iter().map(|r| format!("{:?}", r.output_tokens().1).to_lowercase()).collect();
+    output_token_sources.sort();
+    output_token_sources.dedup();
+    SummaryRow {
+        runtime: runtime.to_string(),
+        model: model.to_string(),
+        concurrency,
+        requests: records.len(),
+        successes: ok.len(),
+        failures: records.len() - ok.len(),
+        failures_by_class,
+        ttft_s: spread(&collect(RequestRecord::ttft)),
+        turns,
+        total_s: spread(&collect(|r| Some(r.total()))),
+        prompt_tps: spread(&prompt),
+        prompt_tps_note,
+        decode_tps: spread(&collect(RequestRecord::decode_tps)),
+        tpot_s: spread(&collect(RequestRecord::tpot)),
+        request_tps: spread(&collect(RequestRecord::request_tps)),
+        chunk_gap_s: spread(&gaps),
+        itl_s,
+        itl_source: if per_token { "usage" } else { "chunks" }.to_string(),
+        aggregate_output_tps: spread(&aggregate),
+        throughput: throughput(records),
+        output_token_sources,
+        // Checked outputs, in a run whose answers carry digests (an artifact from before has none).
+        inconsistent_outputs: records
+            .iter()
+            .any(|r| r.text_sha256.is_some())
+            .then(|| ok.iter().filter(|r| r.inconsistency.is_some()).count()),
+        ..SummaryRow::default()
     }
-    row
 }
 
 /// Throughput over the group's window ([`window_s`]: its first scheduled request to its last
@@ -113,20 +107,19 @@ pub(crate) fn summarize_group(
 /// successful requests per second, their output tokens per second, and their prompt and output
 /// tokens per second (prompt tokens as the server counted them; requests without a count add
 /// none, and `total_token_throughput_counted` says how many had one).
-fn throughput_columns(row: &mut BTreeMap<String, serde_json::Value>, group: &[&RequestRecord]) {
+fn throughput(group: &[&RequestRecord]) -> Throughput {
     let window = window_s(group);
     let ok = || group.iter().filter(|r| r.ok());
     let output = ok().fold(0u64, |sum, r| sum.saturating_add(r.output_tokens().0));
     let prompts: Vec<u64> = ok().filter_map(|r| r.usage_prompt_tokens.or(r.ollama_prompt_eval_count)).collect();
     let prompt = prompts.iter().fold(0u64, |sum, n| sum.saturating_add(*n));
     let per_second = |n: f64| window.map(|w| n / w);
-    row.insert("request_throughput_rps".into(), serde_json::json!(per_second(ok().count() as f64)));
-    row.insert("output_throughput_tps".into(), serde_json::json!(per_second(output as f64)));
-    row.insert(
-        "total_token_throughput_tps".into(),
-        serde_json::json!(per_second(output.saturating_add(prompt) as f64)),
-    );
-    row.insert("total_token_throughput_counted".into(), serde_json::json!(prompts.len()));
+    Throughput {
+        request_throughput_rps: per_second(ok().count() as f64),
+        output_throughput_tps: per_second(output as f64),
+        total_token_throughput_tps: per_second(output.saturating_add(prompt) as f64),
+        total_token_throughput_counted: prompts.len(),
+    }
 }
 
 /// One round's successful output tokens over its wall time.
@@ -212,15 +205,15 @@ pub fn unsent_turns_notes(artifact: &super::ServingArtifact) -> Vec<String> {
 /// An artifact's summary: [`summarize_all`] of its requests, each group's server-side columns
 /// ([`super::server::columns`]) where its targets' `/metrics` were scraped, and its send delay's
 /// held and own parts ([`stall_columns`]) where the stall probe watched it.
-pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, serde_json::Value>> {
+pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<SummaryRow> {
     let mut rows = summarize_all(&a.arguments, &a.runtimes, &a.requests);
     for (row, g) in rows.iter_mut().zip(groups(&a.requests)) {
         let series: Vec<_> = a.server_metrics.iter().filter(|s| s.runtime == g.runtime && s.load == g.load).collect();
         if !series.is_empty() {
-            row.extend(super::server_columns(&series));
+            row.server = Some(super::server_columns(&series));
         }
         if let Some(probed) = a.machine_stalls.iter().find(|s| s.runtime == g.runtime && s.load == g.load) {
-            row.extend(stall_columns(probed, &g.records));
+            row.stalls = Some(stalls(probed, &g.records));
         }
     }
     rows
@@ -228,36 +221,31 @@ pub fn summarize_artifact(a: &super::ServingArtifact) -> Vec<BTreeMap<String, se
 
 /// A probed group's columns: how much of each send delay the machine held (`send_held_s`) and
 /// what is left, the client's own (`send_own_s`), and what the probe saw and cost.
-fn stall_columns(probed: &super::MachineStalls, group: &[&RequestRecord]) -> BTreeMap<String, serde_json::Value> {
-    let mut row = BTreeMap::new();
+fn stalls(probed: &super::MachineStalls, group: &[&RequestRecord]) -> Stalls {
     let split: Vec<super::SendSplit> = group.iter().filter_map(|r| super::split_send(r, &probed.stalls)).collect();
-    put_with_max(&mut row, "send_held_s", &split.iter().map(|s| s.held).collect::<Vec<f64>>());
-    put_with_max(&mut row, "send_own_s", &split.iter().map(|s| s.own).collect::<Vec<f64>>());
-    let stalled: f64 = probed.stalls.iter().map(|s| s.to_s - s.from_s).sum();
-    row.insert("machine_stalls".into(), serde_json::json!(probed.stalls.len()));
-    row.insert("machine_stalled_s".into(), serde_json::json!(stalled));
-    row.insert("stall_probe_cpu_s".into(), serde_json::json!(probed.cpu_time_s));
-    row
+    Stalls {
+        send_held_s: tail(&split.iter().map(|s| s.held).collect::<Vec<f64>>()),
+        send_own_s: tail(&split.iter().map(|s| s.own).collect::<Vec<f64>>()),
+        machine_stalls: probed.stalls.len(),
+        machine_stalled_s: probed.stalls.iter().map(|s| s.to_s - s.from_s).sum(),
+        stall_probe_cpu_s: probed.cpu_time_s,
+    }
 }
 
 /// Summaries of every group ([`groups`]). `params` adds the percentiles and SLOs it asks for.
-pub fn summarize_all(
-    params: &Parameters,
-    runtimes: &[Runtime],
-    records: &[RequestRecord],
-) -> Vec<BTreeMap<String, serde_json::Value>> {
+pub fn summarize_all(params: &Parameters, runtimes: &[Runtime], records: &[RequestRecord]) -> Vec<SummaryRow> {
     groups(records)
         .into_iter()
         .map(|g| {
             let group = &g.records;
             let model = runtimes.iter().find(|t| t.name == g.runtime).map(|t| t.model.as_str()).unwrap_or_default();
             let mut row = summarize_group(g.runtime, model, g.concurrency, group);
-            extra_percentiles(&mut row, &params.percentiles, group);
+            row.percentiles = extra_percentiles(&params.percentiles, group);
             if !params.slo.is_empty() {
-                slo_columns(&mut row, &params.slo, group, g.rate.is_some());
+                row.slo = Some(slo_of(&params.slo, group, g.rate.is_some()));
             }
             if let Some(rate) = g.rate {
-                open_loop_columns(&mut row, rate, group);
+                row.open_loop = Some(open_loop(rate, group));
             }
             row
         })
@@ -266,36 +254,32 @@ pub fn summarize_all(
 
 /// `<metric>_p<P>` for each percentile asked beyond the seed's p50, p95 and p99, of the
 /// successful requests' TTFT, TPOT, total latency and chunk gaps.
-fn extra_percentiles(row: &mut BTreeMap<String, serde_json::Value>, percentiles: &[f64], group: &[&RequestRecord]) {
+fn extra_percentiles(percentiles: &[f64], group: &[&RequestRecord]) -> BTreeMap<String, Option<f64>> {
     let ok: Vec<&&RequestRecord> = group.iter().filter(|r| r.ok()).collect();
     let sorted = |mut v: Vec<f64>| {
         v.retain(|x| x.is_finite());
         v.sort_by(f64::total_cmp);
         v
     };
-    let metrics = [
-        ("ttft_s", sorted(ok.iter().filter_map(|r| r.ttft()).collect())),
-        ("tpot_s", sorted(ok.iter().filter_map(|r| r.tpot()).collect())),
-        ("total_s", sorted(ok.iter().map(|r| r.total()).collect())),
-        ("chunk_gap_s", sorted(ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect())),
+    let metrics: [Vec<f64>; 4] = [
+        sorted(ok.iter().filter_map(|r| r.ttft()).collect()),
+        sorted(ok.iter().filter_map(|r| r.tpot()).collect()),
+        sorted(ok.iter().map(|r| r.total()).collect()),
+        sorted(ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect()),
     ];
+    let mut columns = BTreeMap::new();
     for p in percentiles.iter().filter(|p| ![50.0, 95.0, 99.0].contains(*p)) {
-        for (metric, values) in &metrics {
-            let value = common::stats::percentile_sorted(values, *p);
-            row.insert(format!("{metric}_p{p}"), serde_json::json!(value));
+        for (metric, values) in PERCENTILE_METRICS.iter().zip(&metrics) {
+            columns.insert(format!("{metric}_p{p}"), common::stats::percentile_sorted(values, *p));
         }
     }
+    columns
 }
 
 /// The SLO columns: how many requests met every objective (a failure meets none), their share,
 /// and for an open loop the goodput, those requests per second of the group's window (from its
 /// first scheduled request to its last end).
-fn slo_columns(
-    row: &mut BTreeMap<String, serde_json::Value>,
-    slo: &BTreeMap<String, f64>,
-    group: &[&RequestRecord],
-    open: bool,
-) {
+fn slo_of(slo: &BTreeMap<String, f64>, group: &[&RequestRecord], open: bool) -> Slo {
     let meets = |r: &RequestRecord| {
         r.ok()
             && slo.iter().all(|(name, bound_ms)| {
@@ -304,35 +288,33 @@ fn slo_columns(
             })
     };
     let met = group.iter().filter(|r| meets(r)).count();
-    row.insert("slo_met".into(), serde_json::json!(met));
-    row.insert("slo_met_share".into(), serde_json::json!((!group.is_empty()).then(|| met as f64 / group.len() as f64)));
-    if open {
-        row.insert("goodput_rps".into(), serde_json::json!(window_s(group).map(|w| met as f64 / w)));
+    Slo {
+        slo_met: met,
+        slo_met_share: (!group.is_empty()).then(|| met as f64 / group.len() as f64),
+        goodput_rps: open.then(|| window_s(group).map(|w| met as f64 / w)),
     }
 }
 
 /// An open-loop group's own columns: its rate, the rate it achieved (measured requests over the
 /// time from the first scheduled to the last sent), and the send lateness: all of it, the
 /// client's own part (without waits for a slot under the cap), and that part's two pieces.
-fn open_loop_columns(row: &mut BTreeMap<String, serde_json::Value>, rate: Option<f64>, group: &[&RequestRecord]) {
-    row.insert("request_rate".into(), rate.map_or(serde_json::json!("inf"), |r| serde_json::json!(r)));
+fn open_loop(rate: Option<f64>, group: &[&RequestRecord]) -> OpenLoop {
     let first = group.iter().map(|r| r.scheduled_s).fold(f64::INFINITY, f64::min);
     let last = group.iter().filter_map(|r| r.sent_s).fold(f64::NEG_INFINITY, f64::max);
-    let achieved = (group.len() > 1 && last > first).then(|| (group.len() - 1) as f64 / (last - first));
-    row.insert("achieved_request_rate".into(), serde_json::json!(achieved));
-    put_with_max(row, "send_lateness_s", &group.iter().filter_map(|r| r.lateness()).collect::<Vec<f64>>());
     // Where the admissions were recorded, the client's own part; where the pacer's wakes were
     // too, that part splits in two: the machine's hold on the pacer, and the client's delay
     // once it was awake.
-    for (key, read) in [
-        ("client_lateness_s", RequestRecord::client_lateness as fn(&RequestRecord) -> Option<f64>),
-        ("pacer_lateness_s", RequestRecord::pacer_lateness),
-        ("send_delay_s", RequestRecord::send_delay),
-    ] {
+    let part = |read: fn(&RequestRecord) -> Option<f64>| {
         let values: Vec<f64> = group.iter().filter_map(|r| read(r)).collect();
-        if !values.is_empty() {
-            put_with_max(row, key, &values);
-        }
+        (!values.is_empty()).then(|| tail(&values))
+    };
+    OpenLoop {
+        request_rate: rate,
+        achieved_request_rate: (group.len() > 1 && last > first).then(|| (group.len() - 1) as f64 / (last - first)),
+        send_lateness_s: tail(&group.iter().filter_map(|r| r.lateness()).collect::<Vec<f64>>()),
+        client_lateness_s: part(RequestRecord::client_lateness),
+        pacer_lateness_s: part(RequestRecord::pacer_lateness),
+        send_delay_s: part(RequestRecord::send_delay),
     }
 }
 
@@ -405,7 +387,7 @@ pub(in crate::serving) mod tests {
 
     #[test]
     fn the_clients_own_lateness_splits_into_the_pacers_wake_and_the_send_after_it() {
-        let open = |scheduled: f64, admitted: f64, woken: Option<f64>, sent: f64| {
+        let open_at = |scheduled: f64, admitted: f64, woken: Option<f64>, sent: f64| {
             let mut r = rec(0, scheduled, sent + 0.5, sent + 1.0, 4);
             r.sent_s = Some(sent);
             r.arrival =
@@ -413,15 +395,14 @@ pub(in crate::serving) mod tests {
             r
         };
         // Woken 10 ms late, sent 0.25 ms later; woken on time, then 0.5 s waiting for a slot.
-        let (a, b) = (open(1.0, 1.0, Some(1.01), 1.01025), open(2.0, 2.5, Some(2.0), 2.5005));
-        let mut row = BTreeMap::new();
-        open_loop_columns(&mut row, Some(8.0), &[&a, &b]);
-        let close = |key: &str, want: f64| {
-            assert!(row[key].as_f64().is_some_and(|v| (v - want).abs() < 1e-9), "{key}: {row:?}")
+        let (a, b) = (open_at(1.0, 1.0, Some(1.01), 1.01025), open_at(2.0, 2.5, Some(2.0), 2.5005));
+        let open = open_loop(Some(8.0), &[&a, &b]);
+        let close = |part: Option<Tail>, want: f64| {
+            assert!(part.and_then(|t| t.max).is_some_and(|v| (v - want).abs() < 1e-9), "{want}: {open:?}")
         };
-        close("client_lateness_s_max", 0.01025);
-        close("pacer_lateness_s_max", 0.01);
-        close("send_delay_s_max", 0.0005);
+        close(open.client_lateness_s, 0.01025);
+        close(open.pacer_lateness_s, 0.01);
+        close(open.send_delay_s, 0.0005);
         // The two parts make each request's own lateness whole; a wake before the slot was free
         // made none of it.
         for r in [&a, &b] {
@@ -429,13 +410,15 @@ pub(in crate::serving) mod tests {
             assert!((whole - r.client_lateness().unwrap()).abs() < 1e-12, "{r:?}");
         }
         assert_eq!(b.pacer_lateness(), Some(0.0));
-        assert_eq!(row["send_delay_s_n"].as_u64(), Some(2));
-        // A run that did not record its pacer's wakes has neither part.
-        let mut row = BTreeMap::new();
-        open_loop_columns(&mut row, Some(8.0), &[&open(1.0, 1.0, None, 1.001)]);
+        assert_eq!(open.send_delay_s.map(|t| t.spread.n), Some(2));
+        // A run that did not record its pacer's wakes has neither part, and stores neither.
+        let unwoken = open_loop(Some(8.0), &[&open_at(1.0, 1.0, None, 1.001)]);
+        assert!(unwoken.client_lateness_s.is_some() && unwoken.send_delay_s.is_none(), "{unwoken:?}");
+        let row = SummaryRow { open_loop: Some(unwoken), ..SummaryRow::default() };
+        let columns = row.columns();
         assert!(
-            row.contains_key("client_lateness_s_p99") && !row.keys().any(|k| k.starts_with("send_delay")),
-            "{row:?}"
+            columns.contains_key("client_lateness_s_p99") && !columns.keys().any(|k| k.starts_with("send_delay")),
+            "{columns:?}"
         );
     }
 
@@ -447,21 +430,18 @@ pub(in crate::serving) mod tests {
         let mut c = rec(0, 2.0, 2.2, 4.0, 11);
         c.error = Some(ErrorClass::TruncatedStream);
         let slo = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let mut row = BTreeMap::new();
-        slo_columns(&mut row, &slo(&[("ttft_ms", 300.0)]), &[&a, &b, &c], true);
-        assert_eq!((row["slo_met"].as_u64(), row["slo_met_share"].as_f64()), (Some(1), Some(1.0 / 3.0)));
+        let met = slo_of(&slo(&[("ttft_ms", 300.0)]), &[&a, &b, &c], true);
+        assert_eq!((met.slo_met, met.slo_met_share), (1, Some(1.0 / 3.0)));
         // One good request over the window from 0 s to 5 s.
-        assert_eq!(row["goodput_rps"].as_f64(), Some(0.2));
-        slo_columns(&mut row, &slo(&[("ttft_ms", 600.0), ("tpot_ms", 250.0)]), &[&a, &b, &c], false);
-        assert_eq!(row["slo_met"].as_u64(), Some(1));
-        slo_columns(&mut row, &slo(&[("e2e_ms", 10_000.0)]), &[&a, &b, &c], false);
-        assert_eq!(row["slo_met"].as_u64(), Some(2));
+        assert_eq!(met.goodput_rps, Some(Some(0.2)));
+        assert_eq!(slo_of(&slo(&[("ttft_ms", 600.0), ("tpot_ms", 250.0)]), &[&a, &b, &c], false).slo_met, 1);
+        let closed = slo_of(&slo(&[("e2e_ms", 10_000.0)]), &[&a, &b, &c], false);
+        assert_eq!((closed.slo_met, closed.goodput_rps), (2, None), "a closed loop has no goodput");
         // Extra percentiles beside the seed's.
-        let mut row = BTreeMap::new();
-        extra_percentiles(&mut row, &[90.0, 99.0], &[&a, &b]);
+        let extra = extra_percentiles(&[90.0, 99.0], &[&a, &b]);
         // TTFTs 0.1 s and 0.5 s: p90 interpolates to 0.46 s.
-        assert!(row["ttft_s_p90"].as_f64().is_some_and(|p| (p - 0.46).abs() < 1e-12), "{row:?}");
-        assert!(!row.contains_key("ttft_s_p99"), "p99 is among the seed's columns already");
+        assert!(extra["ttft_s_p90"].is_some_and(|p| (p - 0.46).abs() < 1e-12), "{extra:?}");
+        assert!(!extra.contains_key("ttft_s_p99"), "p99 is among the seed's columns already");
     }
 
     /// Throughput and goodput share one window, so goodput never exceeds the request
@@ -472,16 +452,17 @@ pub(in crate::serving) mod tests {
         let b = rec(0, 1.0, 1.1, 5.0, 11);
         let mut c = rec(0, 2.0, 2.2, 4.0, 11);
         c.error = Some(ErrorClass::TruncatedStream);
-        let mut row = summarize_group("r", "m", 2, &[&a, &b, &c]);
+        let row = summarize_group("r", "m", 2, &[&a, &b, &c]);
         let slo = [("ttft_ms".to_string(), 1000.0)].into_iter().collect();
-        slo_columns(&mut row, &slo, &[&a, &b, &c], true);
+        let met = slo_of(&slo, &[&a, &b, &c], true);
         // Two successes over 0 s to 5 s, 11 output and 10 prompt tokens each.
-        assert_eq!(row["request_throughput_rps"].as_f64(), Some(0.4));
-        assert_eq!(row["output_throughput_tps"].as_f64(), Some(22.0 / 5.0));
-        assert_eq!(row["total_token_throughput_tps"].as_f64(), Some(42.0 / 5.0));
-        assert_eq!(row["goodput_rps"].as_f64(), row["request_throughput_rps"].as_f64(), "both met the SLO");
+        let t = row.throughput;
+        assert_eq!(t.request_throughput_rps, Some(0.4));
+        assert_eq!(t.output_throughput_tps, Some(22.0 / 5.0));
+        assert_eq!(t.total_token_throughput_tps, Some(42.0 / 5.0));
+        assert_eq!(met.goodput_rps, Some(t.request_throughput_rps), "both met the SLO");
         // TTFTs 0.5 s and 0.1 s: mean 0.3, population deviation 0.2.
-        assert!(row["ttft_s_std"].as_f64().is_some_and(|s| (s - 0.2).abs() < 1e-12), "{row:?}");
+        assert!(row.ttft_s.std.is_some_and(|s| (s - 0.2).abs() < 1e-12), "{row:?}");
     }
 
     #[test]
@@ -511,17 +492,19 @@ pub(in crate::serving) mod tests {
         c.error = Some(ErrorClass::TruncatedStream);
         let d = rec(1, 5.0, 5.2, 7.0, 6);
         let row = summarize_group("r", "m", 2, &[&a, &b, &c, &d]);
-        assert_eq!(
-            (row["requests"].as_u64(), row["successes"].as_u64(), row["failures"].as_u64()),
-            (Some(4), Some(3), Some(1))
-        );
-        assert_eq!(row["failures_by_class"]["truncated_stream"], 1);
+        assert_eq!((row.requests, row.successes, row.failures), (4, 3, 1));
+        assert_eq!(row.failures_by_class["truncated_stream"], 1);
         // Round 0: 30 tokens over 4 s; round 1: 6 successful tokens over 2 s.
-        assert_eq!(row["aggregate_output_tps_n"], 2);
-        assert_eq!(row["aggregate_output_tps_mean"].as_f64(), Some((7.5 + 3.0) / 2.0));
-        assert_eq!(row["ttft_s_n"], 3);
-        assert!(row["prompt_tps_note"].is_string());
-        assert!(row["prompt_tps_mean"].is_null());
+        assert_eq!(row.aggregate_output_tps.n, 2);
+        assert_eq!(row.aggregate_output_tps.mean, Some((7.5 + 3.0) / 2.0));
+        assert_eq!(row.ttft_s.n, 3);
+        assert!(row.prompt_tps_note.is_some());
+        assert_eq!(row.prompt_tps.mean, None);
+        // Stored under the seed's names, and read back whole.
+        let columns = row.columns();
+        assert_eq!(columns["aggregate_output_tps_n"], 2);
+        assert!(columns["prompt_tps_mean"].is_null() && columns["prompt_tps_note"].is_string());
+        assert_eq!(SummaryRow::from_columns(columns), Ok(row));
     }
 
     fn probed(stalls: Vec<Stall>) -> super::super::MachineStalls {
@@ -579,13 +562,14 @@ pub(in crate::serving) mod tests {
     fn held_and_own_parts_make_each_send_delay_whole() {
         let group = [sent_at(1.0, 1.010, 0), sent_at(1.0, 1.0005, 1), sent_at(1.002, 1.003, 0)];
         let refs: Vec<&RequestRecord> = group.iter().collect();
-        let row = stall_columns(&probed(vec![Stall { cpu: 0, from_s: 1.001, to_s: 1.004 }]), &refs);
+        let row = stalls(&probed(vec![Stall { cpu: 0, from_s: 1.001, to_s: 1.004 }]), &refs);
         // Held 3 ms, 0 and 1 ms; own 7 ms, 0.5 ms and 0.
-        let v = |k: &str| row[k].as_f64().unwrap();
-        assert!((v("send_held_s_max") - 0.003).abs() < 1e-9);
-        assert!((v("send_own_s_max") - 0.007).abs() < 1e-9);
-        assert!((v("send_held_s_mean") + v("send_own_s_mean") - (0.010 + 0.0005 + 0.001) / 3.0).abs() < 1e-9);
-        assert_eq!(row["machine_stalls"], 1);
-        assert!((v("machine_stalled_s") - 0.003).abs() < 1e-9);
+        let v = |x: Option<f64>| x.unwrap();
+        assert!((v(row.send_held_s.max) - 0.003).abs() < 1e-9);
+        assert!((v(row.send_own_s.max) - 0.007).abs() < 1e-9);
+        let means = v(row.send_held_s.spread.mean) + v(row.send_own_s.spread.mean);
+        assert!((means - (0.010 + 0.0005 + 0.001) / 3.0).abs() < 1e-9);
+        assert_eq!(row.machine_stalls, 1);
+        assert!((row.machine_stalled_s - 0.003).abs() < 1e-9);
     }
 }
