@@ -8,6 +8,11 @@ use common::chart::{cell, Chart, CompareRow, Grouped, Lines, Section};
 use serde_json::Value;
 use std::fmt::Write;
 
+// The report reads summary rows as JSON, by column name, because it renders the seeds' rows
+// (another program's) with the same code as ours; a test holds every name it reads to a column
+// of `SummaryRow`.
+
+/// The summary table's columns: stored name, header, scale and decimals.
 const SERVING_COLUMNS: [(&str, &str, f64, usize); 7] = [
     ("ttft_s_p50", "TTFT p50 ms", 1000.0, 1),
     ("ttft_s_p95", "TTFT p95 ms", 1000.0, 1),
@@ -103,6 +108,20 @@ fn checked_outputs(a: &Value, section: &mut Section) {
     }
 }
 
+/// The server's view's columns, as [`SERVING_COLUMNS`].
+const SERVER_COLUMNS: [(&str, &str, f64, usize); 10] = [
+    ("server_running_mean", "running mean", 1.0, 1),
+    ("server_running_max", "running peak", 1.0, 0),
+    ("server_waiting_mean", "waiting mean", 1.0, 1),
+    ("server_waiting_max", "waiting peak", 1.0, 0),
+    ("server_kv_usage_mean", "KV use mean %", 100.0, 1),
+    ("server_kv_usage_max", "KV use peak %", 100.0, 1),
+    ("server_prefix_hit_rate", "prefix hit %", 100.0, 1),
+    ("server_tokens_per_step", "tokens/step", 1.0, 1),
+    ("server_preemptions", "preemptions", 1.0, 0),
+    ("server_scrape_ms_p99", "/metrics answer p99 ms", 1.0, 2),
+];
+
 /// Where the targets' `/metrics` were scraped: the server's view of each group beside the
 /// client's, and over the run, on one time axis, the client's TTFT of each request by when it
 /// was sent above the requests each server had running and waiting (and its KV cache's use).
@@ -114,23 +133,11 @@ fn server_view(a: &Value, groups: &[(String, Value)], section: &mut Section) {
     if series.is_empty() {
         return;
     }
-    let columns = [
-        ("server_running_mean", "running mean", 1.0, 1),
-        ("server_running_max", "running peak", 1.0, 0),
-        ("server_waiting_mean", "waiting mean", 1.0, 1),
-        ("server_waiting_max", "waiting peak", 1.0, 0),
-        ("server_kv_usage_mean", "KV use mean %", 100.0, 1),
-        ("server_kv_usage_max", "KV use peak %", 100.0, 1),
-        ("server_prefix_hit_rate", "prefix hit %", 100.0, 1),
-        ("server_tokens_per_step", "tokens/step", 1.0, 1),
-        ("server_preemptions", "preemptions", 1.0, 0),
-        ("server_scrape_ms_p99", "/metrics answer p99 ms", 1.0, 2),
-    ];
     let mut md = String::from("What the servers' `/metrics` said over each group (scraped by the client):\n\n");
-    let header: Vec<&str> = columns.iter().map(|c| c.1).collect();
+    let header: Vec<&str> = SERVER_COLUMNS.iter().map(|c| c.1).collect();
     let _ = writeln!(md, "| group | server | {} |\n|---|---|{}", header.join(" | "), "---|".repeat(header.len()));
     for (label, row) in groups.iter().filter(|(_, r)| r.get("server_scrapes").is_some()) {
-        let cells: Vec<String> = columns
+        let cells: Vec<String> = SERVER_COLUMNS
             .iter()
             .map(|(k, _, scale, d)| cell(row.get(*k).and_then(Value::as_f64).map(|v| v * scale), *d))
             .collect();
@@ -329,4 +336,30 @@ fn serving_samples(a: &Value, row: &Value, metric: &str) -> Option<Vec<f64>> {
         .collect();
     values.sort_by(f64::total_cmp);
     Some(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every summary column the report reads by name is one a row stores: a misspelt name would
+    /// print `-` in every report, silently.
+    #[test]
+    fn every_column_the_report_reads_is_a_summary_rows() {
+        let schema = schemars::schema_for!(crate::serving::SummaryRow).to_value();
+        let stored = |name: &str| schema.pointer(&format!("/properties/{name}")).is_some();
+        let percentiles = ["ttft_s", "total_s"].iter().flat_map(|m| ["p50", "p95", "p99"].map(|s| format!("{m}_{s}")));
+        let named =
+            ["requests", "failures", "runtime", "concurrency", "request_rate", "server_scrapes", "server_dialect"];
+        let read: Vec<String> = SERVING_COLUMNS
+            .iter()
+            .chain(&SERVER_COLUMNS)
+            .map(|c| c.0.to_string())
+            .chain(named.map(str::to_string))
+            .chain(percentiles)
+            .collect();
+        let missing: Vec<&String> = read.iter().filter(|name| !stored(name)).collect();
+        assert!(missing.is_empty(), "the report reads columns no summary row has: {missing:?}");
+        assert!(!stored("ttft_s_p51"), "the check itself tells a stored column from another");
+    }
 }
