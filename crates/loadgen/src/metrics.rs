@@ -257,7 +257,7 @@ pub fn columns(series: &[&ServerSeries]) -> ServerColumns {
     let Some(dialect) = dialect_of(series) else { return row };
     row.server_dialect = Some(dialect.server.to_string());
 
-    for (_, gauge) in Gauge::ALL {
+    for gauge in Gauge::ALL {
         let v: Vec<f64> = gauge.over_time(dialect, series).into_iter().map(|(_, v)| v).collect();
         if !v.is_empty() {
             let (mean, max) = row.gauge(gauge);
@@ -304,9 +304,8 @@ pub enum Gauge {
 }
 
 impl Gauge {
-    /// With the names of their summary columns (`server_<name>_mean`, `_max`).
-    pub const ALL: [(&'static str, Gauge); 3] =
-        [("running", Gauge::Running), ("waiting", Gauge::Waiting), ("kv_usage", Gauge::KvUsage)];
+    /// Every gauge, in the order of their summary columns ([`ServerColumns`]).
+    pub const ALL: [Gauge; 3] = [Gauge::Running, Gauge::Waiting, Gauge::KvUsage];
 
     /// The gauge at each moment of the series (one series' good scrapes at one `t_s`, its
     /// replicas scraped together), in time order: requests summed over replicas, the KV cache's

@@ -234,14 +234,13 @@ impl Parameters {
             return Err(Invalid::new("server_chunk_size", "0; must be at least 1 (or absent for whole prompts)"));
         }
         let block = common::qwen::KvPool::BLOCK_POSITIONS as u64;
-        if let Some(KvBudget::Positions(b)) = self.server_kv_budget.filter(|b| match b {
-            KvBudget::Positions(n) => *n < block || *n > 1 << 40,
-            KvBudget::Bytes(_) => false,
-        }) {
-            return Err(Invalid::new(
-                "server_kv_budget",
-                format!("{b}: must be at least one block of {block} positions and at most 2^40 (or bytes with a unit: 512MiB)"),
-            ));
+        if let Some(KvBudget::Positions(b)) = self.server_kv_budget {
+            if b < block || b > 1 << 40 {
+                return Err(Invalid::new(
+                    "server_kv_budget",
+                    format!("{b}: must be at least one block of {block} positions and at most 2^40 (or bytes with a unit: 512MiB)"),
+                ));
+            }
         }
         Ok(())
     }

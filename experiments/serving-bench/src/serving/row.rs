@@ -133,11 +133,6 @@ impl SummaryRow {
         writer.0
     }
 
-    /// One stored column by its name (a manifest's claim names one): `None` where the row has none.
-    pub fn column(&self, name: &str) -> Option<Value> {
-        self.columns().remove(name)
-    }
-
     /// A row from its stored columns; a column of the wrong type is named.
     pub fn from_columns(columns: BTreeMap<String, Value>) -> Result<SummaryRow, String> {
         let mut reader = Reader { columns, error: None };
