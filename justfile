@@ -44,12 +44,13 @@ new-experiment NAME:
 serve *ARGS:
     cargo run --release -q -p serve -- {{ARGS}}
 
-# Benchmarks: the engine against the stock candle loop and llama.cpp, context and batch scaling,
-# scheduler overhead, into an artifact under artifacts/bench/ (the audit recomputes its ratios);
-# then checkpoint verification against plain reading and the serving client's cost (printed), and
-# the micro-benchmarks under criterion (kernels, digests, stream parsers; history in target/criterion/).
-# llama.cpp's Python binding is built from source into .venv-llama once (about 8 minutes);
-# without a compiler or registry access that comparison is skipped (the artifact says so).
+# Context and batch scaling and scheduler overhead go into the artifact too (the audit recomputes
+# its ratios); then checkpoint verification against plain reading and the serving client's cost
+# (printed), and the micro-benchmarks under criterion (kernels, digests, stream parsers; history in
+# target/criterion/). llama.cpp's Python binding is built from source into .venv-llama once (about
+# 8 minutes); without a compiler or registry access that comparison is skipped (the artifact says so).
+# (`just --list` shows each recipe's last comment line: keep it a summary.)
+# Benchmarks: the engine against the stock candle loop and llama.cpp, into artifacts/bench/.
 bench:
     test -x .venv-llama/bin/python || (python3 -m venv .venv-llama && .venv-llama/bin/pip install -q llama-cpp-python==0.3.36 numpy) || (rm -rf .venv-llama; echo "llama.cpp binding unavailable: its comparison is skipped")
     cargo build --release -p engine-bench
@@ -58,15 +59,16 @@ bench:
     cargo bench -p serving-bench --bench client
     cargo bench -p engine --bench kernels -p supply --bench digest -p loadgen --bench parsers
 
-# The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.
 # llama-server is built from source into .llama-server once (about 10 minutes); without a
 # compiler or registry access that side is skipped and the embedded server is still measured.
+# The embedded server against llama.cpp's own server on the same weights, side by side, into artifacts/bench/.
 bench-serving:
     scripts/bench-serving.sh
 
-# Property tests, 100,000 cases each: the server's request validation (crate serve), the client's stream
-# parsers, every experiment's command lines and manifests; then every kind of sealed forgery of
-# every field of every committed artifact (docs/audit.md lists the ones that pass).
+# What it covers: the server's request validation (crate serve), the client's stream parsers, every
+# experiment's command lines and manifests; then every kind of sealed forgery of every field of
+# every committed artifact (docs/audit.md lists the ones that pass).
+# Property tests at 100,000 cases, and every forgery of every committed artifact.
 fuzz:
     PROPTEST_CASES=100000 cargo test --release -p serve --test fuzz -p serving-bench --test fuzz
     PROPTEST_CASES=100000 cargo test --release -p tools --test inputs_fuzz
