@@ -1,7 +1,8 @@
 //! The engine: a checkpoint folder in, greedy (or reproducibly sampled) ids out, as fast as this CPU allows and bit-faithful
 //! to the references.
 //!
-//! - [`template`], [`load`]: the chat template and the loaded model with its tokenizer.
+//! - [`template`], [`load`], [`gguf`]: the chat template and the loaded model with its
+//!   tokenizer, from a checkpoint folder or a GGUF file (whose tokenizer `vocab` builds).
 //! - [`qwen`], [`kernel`], [`greedy`], [`memory`]: the Qwen2 forward, its CPU kernels, the greedy
 //!   screen, and where weights and caches live.
 //! - [`sample`]: the next id drawn from a step's logits, reproducibly, when a request is not greedy.
@@ -11,6 +12,7 @@
 //!
 //! Imports only [`supply`]; knows nothing of records or experiments.
 
+mod gguf;
 pub mod greedy;
 pub mod kernel;
 pub mod load;
@@ -24,6 +26,7 @@ pub mod session;
 pub mod stepper;
 pub mod stock;
 pub mod template;
+mod vocab;
 
 /// The worker threads a forward runs on (recorded in every artifact's provenance).
 pub fn threads() -> usize {

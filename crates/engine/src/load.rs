@@ -1,11 +1,13 @@
-//! Loading a Hugging Face Qwen2 checkpoint folder for inference with candle on the CPU: F32 by
-//! default, optionally with half-precision weight matrices (see [`WeightDtype`]).
+//! Loading a model for inference with candle on the CPU: F32 by default, optionally with
+//! half-precision weight matrices (see [`WeightDtype`]). A model is a Hugging Face Qwen2
+//! checkpoint folder or a GGUF file (Qwen2 or Llama; [`crate::gguf`]), or a folder holding one.
 //!
-//! Everything a run needs comes from the checkpoint's own files: the architecture from
+//! Everything a run needs comes from the model's own files: in a folder, the architecture from
 //! config.json, the stop tokens from generation_config.json, the prompt format from the
-//! tokenizer_config.json chat template, the ids from tokenizer.json. Each failure is an error that
-//! names the file, never a panic.
+//! tokenizer_config.json chat template, the ids from tokenizer.json; in a GGUF file, all of it
+//! from the file's metadata. Each failure is an error that names the file, never a panic.
 
+pub use crate::gguf::{Architecture, GgufError};
 use crate::qwen::{Qwen2, WeightDtype};
 use crate::template::{ChatTemplate, Message, TemplateError};
 use candle_core::{DType, Device};
@@ -36,11 +38,23 @@ pub enum LoadError {
     Weights(String),
     #[error("prompt does not tokenize: {0}")]
     Encode(String),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{file}: {cause}; the weights do not fit the file's own configuration")]
+    GgufWeights { file: String, cause: String },
+    #[error("{file}: no tokenizer.chat_template; this engine renders prompts with the model's own template")]
+    NoTemplate { file: String },
+    #[error("{dir}: holds {count} .gguf files and no config.json; pass the one to run")]
+    Ambiguous { dir: String, count: usize },
 }
 
 /// A loaded checkpoint. Sessions share `model` (the weights) and own their KV caches.
 pub struct LoadedModel {
+    /// The checkpoint folder or the GGUF file.
     pub dir: PathBuf,
+    /// What the weights came in: a GGUF file or a safetensors checkpoint.
+    pub format: Format,
+    pub architecture: Architecture,
     pub config: Config,
     pub model: Arc<Qwen2>,
     pub tokenizer: Tokenizer,
@@ -50,6 +64,34 @@ pub struct LoadedModel {
     /// The tokenizer with special tokens read as plain text, for message contents that spell
     /// one; made the first time one does.
     literal: std::sync::OnceLock<Tokenizer>,
+}
+
+/// The file format a model was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Safetensors,
+    Gguf,
+}
+
+/// The GGUF file `path` names: itself when it is a file, or the one `.gguf` file of a folder
+/// without a config.json.
+fn gguf_file(path: &Path) -> Result<Option<PathBuf>, LoadError> {
+    if path.is_file() {
+        return Ok(Some(path.to_path_buf()));
+    }
+    if path.join("config.json").exists() {
+        return Ok(None);
+    }
+    let entries = std::fs::read_dir(path).map_err(|cause| LoadError::Io { path: path.display().to_string(), cause })?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf") && p.is_file())
+        .collect();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        count => Err(LoadError::Ambiguous { dir: path.display().to_string(), count }),
+    }
 }
 
 /// Two private-use characters that no message holds, to mark where each content is rendered.
@@ -101,8 +143,38 @@ impl LoadedModel {
         Self::load_as(dir, WeightDtype::F32)
     }
 
-    /// Loads the checkpoint in `dir` with its weight matrices stored in `dtype`.
-    pub fn load_as(dir: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
+    /// Loads the model at `path` (a checkpoint folder, a GGUF file or a folder holding one) with
+    /// its weight matrices stored in `dtype`.
+    pub fn load_as(path: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
+        match gguf_file(path)? {
+            Some(file) => Self::load_gguf(path, &file, dtype),
+            None => Self::load_checkpoint(path, dtype),
+        }
+    }
+
+    fn load_gguf(path: &Path, file: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
+        let shown = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let gguf = crate::gguf::read(file, &shown)?;
+        let template = ChatTemplate::new(gguf.template.ok_or(LoadError::NoTemplate { file: shown.clone() })?)?;
+        let device = Device::Cpu;
+        let vb = VarBuilder::from_tensors(gguf.tensors, DTYPE, &device);
+        let model = Qwen2::load(&gguf.config, vb, dtype)
+            .map_err(|e| LoadError::GgufWeights { file: shown.clone(), cause: e.to_string() })?;
+        Ok(LoadedModel {
+            dir: path.to_path_buf(),
+            format: Format::Gguf,
+            architecture: gguf.arch,
+            config: gguf.config,
+            model: Arc::new(model),
+            tokenizer: gguf.tokenizer,
+            template,
+            stop_ids: gguf.stop_ids,
+            device,
+            literal: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn load_checkpoint(dir: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
         let config_bytes = read(dir, "config.json")?;
         let config = parse_config(&config_bytes)?;
         let generation = match read(dir, "generation_config.json") {
@@ -126,6 +198,8 @@ impl LoadedModel {
         let model = Arc::new(Qwen2::load(&config, vb, dtype).map_err(|e| LoadError::Weights(e.to_string()))?);
         Ok(LoadedModel {
             dir: dir.to_path_buf(),
+            format: Format::Safetensors,
+            architecture: Architecture::Qwen2,
             config,
             model,
             tokenizer,

@@ -273,12 +273,16 @@ impl Qwen2 {
             let a = l.pp("self_attn");
             let qkv =
                 Tensor::cat(&[get(&a, "q_proj", h, h)?, get(&a, "k_proj", kv, h)?, get(&a, "v_proj", kv, h)?], 0)?;
-            let qkv_bias =
-                Tensor::cat(&[a.get(h, "q_proj.bias")?, a.get(kv, "k_proj.bias")?, a.get(kv, "v_proj.bias")?], 0)?;
+            // Qwen2 has q/k/v biases, Llama none: a bias is used where the weights hold one.
+            let qkv_bias = if a.contains_tensor("q_proj.bias") {
+                Some(Tensor::cat(&[a.get(h, "q_proj.bias")?, a.get(kv, "k_proj.bias")?, a.get(kv, "v_proj.bias")?], 0)?)
+            } else {
+                None
+            };
             let f = l.pp("mlp");
             let gate_up = Tensor::cat(&[get(&f, "gate_proj", inter, h)?, get(&f, "up_proj", inter, h)?], 0)?;
             layers.push(Layer {
-                qkv: Proj::new(qkv, Some(qkv_bias), dtype, true)?,
+                qkv: Proj::new(qkv, qkv_bias, dtype, true)?,
                 o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype, true)?,
                 gate_up: Proj::new(gate_up, None, dtype, true)?,
                 down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype, true)?,

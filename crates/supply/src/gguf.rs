@@ -53,36 +53,51 @@ pub struct Exported {
     pub fallbacks: Vec<String>,
 }
 
-/// The GGUF name of a Hugging Face Qwen2 tensor.
-pub fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(name) = fixed {
-        return Some(name.to_string());
+/// Hugging Face tensor names and their GGUF names: whole names first, then a layer's parts
+/// (`model.layers.N.<hf>` is `blk.N.<gguf>`). One table for both directions, so an export and a
+/// load cannot disagree.
+const WHOLE: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+const LAYER_PARTS: [(&str, &str); 12] = [
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.q_proj.bias", "attn_q.bias"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.k_proj.bias", "attn_k.bias"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.v_proj.bias", "attn_v.bias"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("mlp.up_proj.weight", "ffn_up.weight"),
+    ("mlp.down_proj.weight", "ffn_down.weight"),
+];
+
+/// `name` translated through the table, `from` being the side it is written in (0: Hugging
+/// Face, 1: GGUF).
+fn translate(name: &str, from: usize) -> Option<String> {
+    let side = |pair: &(&'static str, &'static str)| if from == 0 { (pair.0, pair.1) } else { (pair.1, pair.0) };
+    if let Some((_, to)) = WHOLE.iter().map(side).find(|(f, _)| *f == name) {
+        return Some(to.to_string());
     }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, part) = rest.split_once('.')?;
+    let (prefix, to_prefix) = if from == 0 { ("model.layers.", "blk.") } else { ("blk.", "model.layers.") };
+    let (layer, part) = name.strip_prefix(prefix)?.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let part = match part {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.q_proj.bias" => "attn_q.bias",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.k_proj.bias" => "attn_k.bias",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.v_proj.bias" => "attn_v.bias",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{part}"))
+    let (_, to) = LAYER_PARTS.iter().map(side).find(|(f, _)| *f == part)?;
+    Some(format!("{to_prefix}{layer}.{to}"))
+}
+
+/// The GGUF name of a Hugging Face Qwen2 (or Llama) tensor.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    translate(hf, 0)
+}
+
+/// The Hugging Face name of a GGUF tensor ([`gguf_name`] backwards).
+pub fn hf_name(gguf: &str) -> Option<String> {
+    translate(gguf, 1)
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, GgufError> {

@@ -4,7 +4,8 @@
 //! - [`digest`], [`pin`], [`manifest`], [`workspace`]: digests, model pins, experiment manifests,
 //!   the workspace's folders; [`claim`]: the findings a manifest states; a value out of range is a
 //!   [`manifest::Invalid`].
-//! - [`resolve`], [`generate`]: finding (or generating) a pinned model's files, verified.
+//! - [`resolve`], [`generate`]: finding (or generating) a pinned model's files, verified (`package`:
+//!   a file taken from a pinned Python package).
 //! - [`config`], [`weights`]: a checkpoint's `config.json`, and the precision its weights are held in.
 //! - [`gguf`]: export of a checkpoint for llama.cpp.
 //!
@@ -17,6 +18,7 @@ pub mod generate;
 pub mod gguf;
 mod invalid;
 pub mod manifest;
+mod package;
 pub mod pin;
 pub mod resolve;
 pub mod weights;

