@@ -94,6 +94,28 @@ fn gguf_file(path: &Path) -> Result<Option<PathBuf>, LoadError> {
     }
 }
 
+/// GPT-2's byte-level alphabet backwards: the character each byte is written as in a
+/// byte-level vocabulary, to its byte (printable Latin-1 bytes stand for themselves, the other
+/// 68 for the characters from U+0100 on, in byte order).
+fn byte_level_table() -> &'static std::collections::HashMap<char, u8> {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<char, u8>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut next = 0x100u32;
+        (0..=255u8)
+            .map(|b| {
+                let c = if printable(b) {
+                    char::from(b)
+                } else {
+                    next += 1;
+                    char::from_u32(next - 1).unwrap_or(char::REPLACEMENT_CHARACTER)
+                };
+                (c, b)
+            })
+            .collect()
+    })
+}
+
 /// Two private-use characters that no message holds, to mark where each content is rendered.
 fn markers(messages: &[Message<'_>]) -> (char, char) {
     let free = |c: &char| !messages.iter().any(|m| m.content.contains(*c));
@@ -259,11 +281,7 @@ impl LoadedModel {
         if !spelled {
             return Ok((text, whole.get_ids().to_vec()));
         }
-        let literal = self.literal.get_or_init(|| {
-            let mut t = self.tokenizer.clone();
-            t.set_encode_special_tokens(true);
-            t
-        });
+        let literal = self.literal();
         let mut ids = Vec::with_capacity(whole.len());
         let mut from = 0;
         let template_specials =
@@ -279,6 +297,43 @@ impl LoadedModel {
             ids.extend_from_slice(encode(literal, &text[from..])?.get_ids());
         }
         Ok((text, ids))
+    }
+
+    /// The tokenizer with special tokens read as plain text.
+    fn literal(&self) -> &Tokenizer {
+        self.literal.get_or_init(|| {
+            let mut t = self.tokenizer.clone();
+            t.set_encode_special_tokens(true);
+            t
+        })
+    }
+
+    /// `text`'s ids as llama-server's `/tokenize` gives them: with the model's BOS when
+    /// `add_special` (where the model adds one), special tokens split out when `parse_special`
+    /// and read as text otherwise.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, LoadError> {
+        let tokenizer = if parse_special { &self.tokenizer } else { self.literal() };
+        let encoding = tokenizer.encode(text, add_special).map_err(|e| LoadError::Encode(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The bytes token `id` stands for (`None` past the vocabulary): a special token's text, or
+    /// a byte-level token's bytes, which need not be UTF-8 on their own.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        if let Some(added) = self.tokenizer.get_added_tokens_decoder().get(&id) {
+            return Some(added.content.as_bytes().to_vec());
+        }
+        let token = self.tokenizer.id_to_token(id)?;
+        let table = byte_level_table();
+        let mut bytes = Vec::with_capacity(token.len());
+        for c in token.chars() {
+            match table.get(&c) {
+                Some(&b) => bytes.push(b),
+                // Not a byte-level vocabulary: the token's own text.
+                None => return Some(token.into_bytes()),
+            }
+        }
+        Some(bytes)
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {

@@ -37,6 +37,8 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/api/version", get(version))
         .route("/api/tags", get(ollama_tags))
         .route("/api/show", post(ollama_show))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .with_state(state)
@@ -483,9 +485,85 @@ fn quantization(state: &AppState) -> String {
     state.model.model.weight_dtype().name().to_uppercase()
 }
 
+/// Ollama's `details` of the served model.
+fn details(state: &AppState) -> Value {
+    let format = match state.model.format {
+        common::load::Format::Gguf => "gguf",
+        common::load::Format::Safetensors => "safetensors",
+    };
+    json!({"family": state.model.architecture.name(), "format": format, "quantization_level": quantization(state)})
+}
+
 async fn ollama_tags(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"models": [{"name": state.config.model_name, "model": state.config.model_name,
-        "details": {"family": "qwen2", "format": "safetensors", "quantization_level": quantization(&state)}}]}))
+    Json(
+        json!({"models": [{"name": state.config.model_name, "model": state.config.model_name, "details": details(&state)}]}),
+    )
+}
+
+/// A body for a route that is neither API's generation: checked, and held to the served model
+/// when it names one.
+fn body_of<T>(
+    state: &AppState,
+    body: &Bytes,
+    parse: fn(&[u8]) -> Result<T, Rejection>,
+    model: fn(&T) -> Option<&String>,
+) -> Result<T, Response> {
+    let value = parse(body).map_err(|r| error(true, r.status, &r.param, r.message))?;
+    match model(&value) {
+        Some(name) if name != &state.config.model_name => Err(error(
+            true,
+            404,
+            "model",
+            format!("model `{name}` not found; this server serves `{}`", state.config.model_name),
+        )),
+        _ => Ok(value),
+    }
+}
+
+/// The ids of a text, as llama-server's `/tokenize` writes them: `{"tokens": [id, ...]}`, or
+/// with `with_pieces` each id with its piece (the text, or its bytes where they are not UTF-8).
+async fn tokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let body = match body_of(&state, &body, request::parse_tokenize, |b| b.model.as_ref()) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let ids = match state.model.tokenize(&body.content, body.add_special, body.parse_special) {
+        Ok(ids) => ids,
+        Err(e) => return error(true, 400, "content", e.to_string()),
+    };
+    if !body.with_pieces {
+        return Json(json!({"tokens": ids})).into_response();
+    }
+    let pieces: Vec<Value> = ids
+        .iter()
+        .map(|&id| {
+            let bytes = state.model.token_bytes(id).unwrap_or_default();
+            let piece = match String::from_utf8(bytes) {
+                Ok(text) => json!(text),
+                Err(e) => json!(e.into_bytes()),
+            };
+            json!({"id": id, "piece": piece})
+        })
+        .collect();
+    Json(json!({"tokens": pieces})).into_response()
+}
+
+/// The text of ids, special tokens written out: `{"content": ...}`.
+async fn detokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let body = match body_of(&state, &body, request::parse_detokenize, |b| b.model.as_ref()) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let vocab = state.model.config.vocab_size;
+    if let Some(i) = body.tokens.iter().position(|&id| id as usize >= vocab) {
+        let message = format!("token id {} is not in the model's vocabulary of {vocab}", body.tokens[i]);
+        return error(true, 400, &format!("tokens[{i}]"), message);
+    }
+    let mut bytes = Vec::new();
+    for &id in &body.tokens {
+        bytes.extend(state.model.token_bytes(id).unwrap_or_default());
+    }
+    Json(json!({"content": String::from_utf8_lossy(&bytes)})).into_response()
 }
 
 async fn ollama_show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -499,16 +577,17 @@ async fn ollama_show(State(state): State<Arc<AppState>>, body: Bytes) -> Respons
         Some(_) => {}
     }
     let c = &state.model.config;
+    let arch = state.model.architecture.name();
     Json(json!({
-        "details": {"family": "qwen2", "format": "safetensors", "quantization_level": quantization(&state)},
+        "details": details(&state),
         "model_info": {
-            "general.architecture": "qwen2",
-            "qwen2.context_length": c.max_position_embeddings,
-            "qwen2.embedding_length": c.hidden_size,
-            "qwen2.block_count": c.num_hidden_layers,
-            "qwen2.attention.head_count": c.num_attention_heads,
-            "qwen2.attention.head_count_kv": c.num_key_value_heads,
-            "qwen2.vocab_size": c.vocab_size
+            "general.architecture": arch,
+            format!("{arch}.context_length"): c.max_position_embeddings,
+            format!("{arch}.embedding_length"): c.hidden_size,
+            format!("{arch}.block_count"): c.num_hidden_layers,
+            format!("{arch}.attention.head_count"): c.num_attention_heads,
+            format!("{arch}.attention.head_count_kv"): c.num_key_value_heads,
+            format!("{arch}.vocab_size"): c.vocab_size
         }
     }))
     .into_response()

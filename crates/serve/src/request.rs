@@ -537,12 +537,110 @@ fn openai_prompt(obj: &Map<String, Value>) -> Result<Input, Rejection> {
     }
 }
 
+/// A `POST /tokenize` body, as llama-server reads it: `content` and three switches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizeRequest {
+    pub content: String,
+    /// Put the model's BOS first, where it adds one (default false).
+    pub add_special: bool,
+    /// Split out special tokens (default true); false reads them as text.
+    pub parse_special: bool,
+    /// Each id with its piece (default false).
+    pub with_pieces: bool,
+    pub model: Option<String>,
+}
+
+/// A `POST /detokenize` body: `tokens`, a list of ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetokenizeRequest {
+    pub tokens: Vec<u32>,
+    pub model: Option<String>,
+}
+
+fn object(body: &[u8]) -> Result<Map<String, Value>, Rejection> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(_) => Err(Rejection::bad("body", "the body must be a JSON object")),
+        Err(e) => Err(Rejection::bad("body", format!("the body is not JSON: {e}"))),
+    }
+}
+
+fn optional_model(obj: &Map<String, Value>) -> Result<Option<String>, Rejection> {
+    match obj.get("model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(Rejection::bad("model", "`model` must be a string")),
+    }
+}
+
+pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, Rejection> {
+    let obj = object(body)?;
+    let content = match obj.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err(Rejection::bad("content", "`content` must be the text to tokenize, a string")),
+    };
+    Ok(TokenizeRequest {
+        content,
+        add_special: optional_bool("add_special", obj.get("add_special"))?.unwrap_or(false),
+        parse_special: optional_bool("parse_special", obj.get("parse_special"))?.unwrap_or(true),
+        with_pieces: optional_bool("with_pieces", obj.get("with_pieces"))?.unwrap_or(false),
+        model: optional_model(&obj)?,
+    })
+}
+
+pub fn parse_detokenize(body: &[u8]) -> Result<DetokenizeRequest, Rejection> {
+    let obj = object(body)?;
+    let Some(Value::Array(items)) = obj.get("tokens") else {
+        return Err(Rejection::bad("tokens", "`tokens` must be a list of token ids"));
+    };
+    let tokens = items
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            id.as_u64().and_then(|id| u32::try_from(id).ok()).ok_or_else(|| {
+                Rejection::bad(format!("tokens[{i}]"), "a token id must be an integer from 0 to 4294967295")
+            })
+        })
+        .collect::<Result<Vec<u32>, _>>()?;
+    Ok(DetokenizeRequest { tokens, model: optional_model(&obj)? })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn err(endpoint: Endpoint, body: &str) -> Rejection {
         parse(endpoint, Some("application/json"), body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn tokenize_bodies_read_like_llama_servers() {
+        let t = parse_tokenize(br#"{"content":"hi <|im_end|>"}"#).unwrap();
+        assert_eq!((t.add_special, t.parse_special, t.with_pieces, t.model), (false, true, false, None));
+        let t = parse_tokenize(
+            br#"{"content":"","add_special":true,"parse_special":false,"with_pieces":true,"model":"m"}"#,
+        )
+        .unwrap();
+        assert_eq!((t.add_special, t.parse_special, t.with_pieces, t.model.as_deref()), (true, false, true, Some("m")));
+        for (body, field) in [
+            (&br#"{"prompt":"x"}"#[..], "content"),
+            (br#"{"content":7}"#, "content"),
+            (br#"{"content":"x","add_special":"yes"}"#, "add_special"),
+            (br#"{"content":"x","model":1}"#, "model"),
+            (br#"["content"]"#, "body"),
+            (br#"{"content""#, "body"),
+        ] {
+            assert_eq!(parse_tokenize(body).unwrap_err().param, field, "{}", String::from_utf8_lossy(body));
+        }
+        assert_eq!(parse_detokenize(br#"{"tokens":[1,2]}"#).unwrap().tokens, vec![1, 2]);
+        for (body, field) in [
+            (&br#"{"tokens":"1"}"#[..], "tokens"),
+            (br#"{"tokens":[1,-2]}"#, "tokens[1]"),
+            (br#"{"tokens":[4294967296]}"#, "tokens[0]"),
+            (br#"{"tokens":[1.5]}"#, "tokens[0]"),
+        ] {
+            assert_eq!(parse_detokenize(body).unwrap_err().param, field, "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

@@ -868,3 +868,50 @@ async fn logprobs_come_one_per_token_in_chat_and_completions_and_change_nothing(
     assert_eq!(l["text_offset"][0], 0);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_and_detokenize_answer_as_llama_server_does() {
+    let (model, _tmp) = tiny();
+    let end = model.tokenizer.token_to_id("<|im_end|>").unwrap();
+    let s = spawn(([127, 0, 0, 1], 0).into(), model, ServerConfig::new("tiny")).await.unwrap();
+    let base = format!("http://{}", s.addr);
+    let http = reqwest::Client::new();
+    let text = "Hello <|im_end|> 日本 wörld";
+    let (status, v) = post(&http, format!("{base}/tokenize"), &json!({"content": text})).await;
+    assert_eq!(status, 200, "{v}");
+    let ids: Vec<u32> = serde_json::from_value(v["tokens"].clone()).unwrap();
+    assert!(ids.contains(&end), "special tokens are parsed by default: {ids:?}");
+    let (_, literal) = post(&http, format!("{base}/tokenize"), &json!({"content": text, "parse_special": false})).await;
+    let literal: Vec<u32> = serde_json::from_value(literal["tokens"].clone()).unwrap();
+    assert!(!literal.contains(&end) && literal.len() > ids.len(), "{literal:?}");
+
+    // Pieces: text where a token's bytes are UTF-8, the bytes where they are not; together the text.
+    let (_, v) = post(&http, format!("{base}/tokenize"), &json!({"content": text, "with_pieces": true})).await;
+    let pieces = v["tokens"].as_array().unwrap();
+    assert_eq!(pieces.iter().map(|p| p["id"].as_u64().unwrap() as u32).collect::<Vec<_>>(), ids);
+    let mut bytes = Vec::new();
+    for p in pieces {
+        match &p["piece"] {
+            Value::String(t) => bytes.extend(t.as_bytes()),
+            Value::Array(b) => bytes.extend(b.iter().map(|x| x.as_u64().unwrap() as u8)),
+            other => panic!("piece {other}"),
+        }
+    }
+    assert_eq!(bytes, text.as_bytes());
+    assert!(pieces.iter().any(|p| p["piece"].is_array()), "a CJK character splits into bytes here: {v}");
+
+    let (status, v) = post(&http, format!("{base}/detokenize"), &json!({"tokens": ids})).await;
+    assert_eq!((status, v["content"].as_str()), (200, Some(text)));
+
+    for (route, body, status, param) in [
+        ("tokenize", json!({"content": 5}), 400, "content"),
+        ("tokenize", json!({"content": "x", "with_pieces": 1}), 400, "with_pieces"),
+        ("tokenize", json!({"content": "x", "model": "other"}), 404, "model"),
+        ("detokenize", json!({"tokens": [1, 99999999]}), 400, "tokens[1]"),
+        ("detokenize", json!({"tokens": [-1]}), 400, "tokens[0]"),
+    ] {
+        let (got, v) = post(&http, format!("{base}/{route}"), &body).await;
+        assert_eq!((got, v["error"]["param"].as_str()), (status, Some(param)), "{route} {body}: {v}");
+    }
+    s.stop().await;
+}
