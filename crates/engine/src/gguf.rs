@@ -233,23 +233,25 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
             });
         }
     }
-    let mut tensors = HashMap::with_capacity(content.tensor_infos.len());
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
-    for name in names {
+    // Tensors are dequantized side by side (each from its own cursor over the map).
+    use rayon::prelude::*;
+    let read_one = |name: &&String| -> Result<Option<(String, Tensor)>, GgufError> {
+        let name: &String = name;
         let info = &content.tensor_infos[name];
         let problem = |problem: String| GgufError::Tensor { file: shown.into(), name: name.clone(), problem };
         if !TYPES.contains(&info.ggml_dtype) {
             return Err(GgufError::Type { file: shown.into(), name: name.clone(), ty: info.ggml_dtype });
         }
         // Rotary tables some converters store are recomputed by the forward.
-        if name == "rope_freqs.weight" {
-            continue;
+        if name.as_str() == "rope_freqs.weight" {
+            return Ok(None);
         }
         let hf = supply::gguf::hf_name(name)
             .ok_or_else(|| problem(format!("is not a {arch_name} weight this engine knows")))?;
         let t = content
-            .tensor(&mut reader, name, &Device::Cpu)
+            .tensor(&mut std::io::Cursor::new(&map[..]), name, &Device::Cpu)
             .and_then(|q| q.dequantize(&Device::Cpu))
             .map_err(|e| problem(e.to_string()))?;
         let head_dim = hidden / heads;
@@ -259,8 +261,10 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
             _ => Ok(t),
         }
         .map_err(|e| problem(e.to_string()))?;
-        tensors.insert(hf, t);
-    }
+        Ok(Some((hf, t)))
+    };
+    let read: Vec<Option<(String, Tensor)>> = names.par_iter().map(read_one).collect::<Result<_, _>>()?;
+    let tensors: HashMap<String, Tensor> = read.into_iter().flatten().collect();
     let template = meta.text("tokenizer.chat_template")?.map(str::to_string);
     Ok(GgufModel { arch, config, tensors, tokenizer, template, stop_ids })
 }

@@ -31,6 +31,12 @@ pub(crate) fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
     Ok(copy)
 }
 
+/// An F32 matrix `src` laid out by `layout` straight into a buffer on huge pages (as
+/// [`on_huge_pages`] of the laid-out copy, without that copy): a flat tensor of its values.
+pub(crate) fn arranged_on_huge_pages(src: &[f32], layout: crate::kernel::Layout, device: &Device) -> Result<Tensor> {
+    on_huge_page::<f32>(Shape::from(src.len()), device, |data| layout.arrange_into(src, data))
+}
+
 /// `src` copied into a buffer that starts on a huge page ([`on_huge_page`]; callers pass a
 /// huge page or more), viewed with `like`'s shape.
 fn aligned_copy<T: WithDType>(src: &[T], like: &Tensor) -> Result<Tensor> {

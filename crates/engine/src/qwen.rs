@@ -123,13 +123,25 @@ impl Proj {
             (true, _) => kernel::Layout::panels(k),
             (false, _) => kernel::Layout::rows(k),
         };
-        let w = if panels {
-            Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?
-        } else {
-            w
-        };
         let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
-        Ok(Proj { w: memory::on_huge_pages(&w.to_dtype(candle_dtype(dtype))?)?, layout, bias, out, screen: None })
+        let w = match (panels, dtype) {
+            // F32 panels are laid out where they will live, with no copy in between.
+            (true, WeightDtype::F32) => {
+                let w = w.contiguous()?;
+                let (storage, l) = w.storage_and_layout();
+                let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) = (&*storage, l.contiguous_offsets())
+                else {
+                    candle_core::bail!("weights are read in F32 on the CPU")
+                };
+                memory::arranged_on_huge_pages(&values[start..end], layout, w.device())?
+            }
+            (true, _) => {
+                let laid = Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?;
+                memory::on_huge_pages(&laid.to_dtype(candle_dtype(dtype))?)?
+            }
+            (false, _) => memory::on_huge_pages(&w.to_dtype(candle_dtype(dtype))?)?,
+        };
+        Ok(Proj { w, layout, bias, out, screen: None })
     }
 
     /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite).

@@ -67,18 +67,29 @@ impl Layout {
     }
 
     /// Row-major `w` (`out × k`) rearranged into this layout.
-    pub fn arrange<W: Copy>(self, w: &[W]) -> Vec<W> {
-        if !self.panels {
-            return w.to_vec();
-        }
-        let mut laid = Vec::with_capacity(w.len());
-        let step = if self.pairs { 2 } else { 1 };
-        for panel in w.chunks(PANEL * self.k) {
-            for i in (0..self.k).step_by(step) {
-                laid.extend(panel.chunks_exact(self.k).flat_map(|row| &row[i..i + step]));
-            }
-        }
+    pub fn arrange<W: Copy + Send + Sync>(self, w: &[W]) -> Vec<W> {
+        let mut laid = w.to_vec();
+        self.arrange_into(w, &mut laid);
         laid
+    }
+
+    /// [`Self::arrange`] into `out` (as long as `w`), where the matrix is to live: a load then
+    /// makes no copy in between.
+    pub fn arrange_into<W: Copy + Send + Sync>(self, w: &[W], out: &mut [W]) {
+        if !self.panels {
+            out.copy_from_slice(w);
+            return;
+        }
+        let (step, k) = (if self.pairs { 2 } else { 1 }, self.k);
+        // Panels are laid out side by side: each fills its own part of `out`.
+        out.par_chunks_mut(PANEL * k).zip(w.par_chunks(PANEL * k)).for_each(|(laid, panel)| {
+            let rows = panel.len() / k.max(1);
+            for (i, group) in (0..k).step_by(step).zip(laid.chunks_mut(step * rows)) {
+                for (r, pair) in group.chunks_mut(step).enumerate() {
+                    pair.copy_from_slice(&panel[r * k + i..r * k + i + step]);
+                }
+            }
+        });
     }
 }
 
