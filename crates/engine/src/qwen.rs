@@ -1,4 +1,5 @@
-//! A Qwen2 forward of our own over candle tensors, with a preallocated per-session KV cache that
+//! A Qwen2 forward of our own (Llama's too: the same model without q/k/v biases, which it runs
+//! when its weights hold none; `crate::gguf` reads both) over candle tensors, with a preallocated per-session KV cache that
 //! is written in place, attention that serves grouped-query heads without copying K/V, and
 //! batched steps: one forward advances several sessions, each at its own position.
 //!

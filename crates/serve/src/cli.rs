@@ -20,8 +20,9 @@ pub struct ServeArgs {
     /// [default: manifests/serving-bench/tiny.json].
     #[arg(long, value_name = "PATH")]
     pub manifest: Option<std::path::PathBuf>,
-    /// Serve this local Qwen2 checkpoint folder instead (verified when --manifest is given too).
-    #[arg(long, value_name = "DIR")]
+    /// Serve this local model instead: a Qwen2 checkpoint folder or a GGUF file, Qwen2 or Llama
+    /// (verified when --manifest is given too).
+    #[arg(long, value_name = "PATH")]
     pub model_dir: Option<std::path::PathBuf>,
     /// Never download a model.
     #[arg(long)]

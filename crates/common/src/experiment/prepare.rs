@@ -26,9 +26,11 @@ pub struct ModelArgs {
     /// Experiment manifest to run [default: manifests/<experiment>/tiny.json].
     #[arg(long, value_name = "PATH")]
     pub manifest: Option<PathBuf>,
-    /// A local Hugging Face Qwen2 checkpoint folder. With --manifest it is verified against the
-    /// manifest's pin; without, the run is unpinned and records the digests it computed.
-    #[arg(long, value_name = "DIR")]
+    /// A local model: a Hugging Face Qwen2 checkpoint folder, or a GGUF file (Qwen2 or Llama:
+    /// an Ollama blob, a llama.cpp download) or a folder holding one. With --manifest it is
+    /// verified against the manifest's pin; without, the run is unpinned and records the digests
+    /// it computed.
+    #[arg(long, value_name = "PATH")]
     pub model_dir: Option<PathBuf>,
     /// Write the artifact here [default: artifacts/<experiment>/<manifest>/<run_id>.json].
     #[arg(long, value_name = "PATH")]
@@ -65,7 +67,9 @@ pub enum PrepareError {
     WrongExperiment { path: String, found: String, expected: String },
     #[error("{experiment} has no parameters of its own for a run without a manifest; pass --manifest (see manifests/{experiment}/)")]
     NeedsManifest { experiment: &'static str },
-    #[error("no model to run on: pass --manifest (a pinned model) or --model-dir (a checkpoint folder)")]
+    #[error(
+        "no model to run on: pass --manifest (a pinned model) or --model-dir (a checkpoint folder or a GGUF file)"
+    )]
     NoModel,
     /// Effective parameters out of range; `origin` is the manifest (or `parameters`).
     #[error("{origin}: {cause}")]
