@@ -98,5 +98,8 @@ fn model_dir_is_verified_against_the_pin() {
     assert!(err.contains("tokenizer.json: missing"), "{err}");
 
     let nowhere = ResolveOptions { model_dir: Some(copy.path().join("nope")), ..Default::default() };
-    assert!(resolve(&ws, &pin, &nowhere).unwrap_err().to_string().contains("not a folder"));
+    assert!(resolve(&ws, &pin, &nowhere)
+        .unwrap_err()
+        .to_string()
+        .contains("neither a checkpoint folder nor a model file"));
 }

@@ -29,6 +29,9 @@ const TYPES: [GgmlDType; 9] = [
     GgmlDType::Q6K,
 ];
 
+/// The longest context a file may declare: 2M positions (a rotary table of a gigabyte at most).
+const MAX_CONTEXT: usize = 1 << 21;
+
 /// The architectures the forward runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
@@ -185,6 +188,19 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
     }
     let layers = meta.count(&key("block_count"))?;
     let context = meta.count(&key("context_length"))?;
+    // The forward tabulates its rotary embedding for every position of the context.
+    if context > MAX_CONTEXT {
+        return Err(meta.error(
+            &key("context_length"),
+            format!("is {context}; this engine holds at most {MAX_CONTEXT} positions"),
+        ));
+    }
+    if tokens.len() > vocab_size {
+        return Err(meta.error(
+            "tokenizer.ggml.tokens",
+            format!("holds {} tokens, more than the model's vocabulary of {vocab_size}", tokens.len()),
+        ));
+    }
     let config = Config {
         vocab_size,
         hidden_size: hidden,

@@ -31,10 +31,10 @@ pub(crate) fn on_huge_pages(t: &Tensor) -> Result<Tensor> {
     Ok(copy)
 }
 
-/// An F32 matrix `src` laid out by `layout` straight into a buffer on huge pages (as
-/// [`on_huge_pages`] of the laid-out copy, without that copy): a flat tensor of its values.
-pub(crate) fn arranged_on_huge_pages(src: &[f32], layout: crate::kernel::Layout, device: &Device) -> Result<Tensor> {
-    on_huge_page::<f32>(Shape::from(src.len()), device, |data| layout.arrange_into(src, data))
+/// A flat F32 tensor of `len` values on huge pages, written by `fill` where it lives (a matrix
+/// laid out straight into it: no copy in between, as [`on_huge_pages`] of a laid-out copy has).
+pub(crate) fn filled_on_huge_pages(len: usize, device: &Device, fill: impl FnOnce(&mut [f32])) -> Result<Tensor> {
+    on_huge_page::<f32>(Shape::from(len), device, fill)
 }
 
 /// `src` copied into a buffer that starts on a huge page ([`on_huge_page`]; callers pass a

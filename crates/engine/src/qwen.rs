@@ -134,7 +134,9 @@ impl Proj {
                 else {
                     candle_core::bail!("weights are read in F32 on the CPU")
                 };
-                memory::arranged_on_huge_pages(&values[start..end], layout, w.device())?
+                memory::filled_on_huge_pages(end - start, w.device(), |data| {
+                    layout.arrange_into(&values[start..end], data)
+                })?
             }
             (true, _) => {
                 let laid = Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?;
