@@ -423,7 +423,7 @@ impl Experiment for PrefixCache {
             // rest, then its tokens; none beyond its cap.
             for r in &run.requests {
                 let complete = r.reused_tokens < r.prompt_tokens
-                    && r.reused_tokens + r.prefill_tokens == r.prompt_tokens
+                    && r.reused_tokens.checked_add(r.prefill_tokens) == Some(r.prompt_tokens)
                     && !r.output_ids.is_empty()
                     && r.output_ids.len() <= p.max_new_tokens;
                 if !complete {
@@ -456,7 +456,7 @@ impl Experiment for PrefixCache {
             // The pool: its budget in whole blocks, or every job whole.
             let blocks = match run.kv_budget {
                 Some(b) => KvPool::blocks_within(b),
-                None => prompts.iter().map(|q| KvPool::blocks_for(q.len() + p.max_new_tokens)).sum(),
+                None => prompts.iter().map(|q| KvPool::blocks_for(q.len().saturating_add(p.max_new_tokens))).fold(0, usize::saturating_add),
             };
             if blocks.checked_mul(a.block_bytes) != Some(run.kv_pool_bytes)
                 || a.block_bytes == 0
