@@ -218,11 +218,12 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
         hidden_act: candle_nn::Activation::Silu,
     };
 
+    let types = meta.ints("tokenizer.ggml.token_type")?;
     let tokenizer = crate::vocab::from_gguf(&crate::vocab::GgufVocab {
         model: meta.text("tokenizer.ggml.model")?.unwrap_or_default(),
         pre: meta.text("tokenizer.ggml.pre")?.unwrap_or("default"),
         tokens: &tokens,
-        types: &meta.ints("tokenizer.ggml.token_type")?,
+        types: &types,
         merges: &meta.strings("tokenizer.ggml.merges")?,
         bos: meta.optional_id("tokenizer.ggml.bos_token_id")?,
         add_bos: match content.metadata.get("tokenizer.ggml.add_bos_token") {
@@ -232,7 +233,7 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
         },
     })
     .map_err(|cause| GgufError::Vocab { file: shown.into(), cause })?;
-    let stop_ids = stop_ids(&meta, &tokens)?;
+    let stop_ids = stop_ids(&meta, &tokens, &types)?;
 
     let required = ["token_embd.weight".to_string(), "output_norm.weight".to_string()].into_iter().chain(
         (0..layers).flat_map(|i| {
@@ -287,7 +288,7 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
 
 /// The ids that end a generation, as llama.cpp finds them: the end-of-sequence and end-of-turn
 /// ids the file names, and the control tokens that are ends of turns by their text.
-fn stop_ids(meta: &Meta<'_>, tokens: &[&str]) -> Result<Vec<u32>, GgufError> {
+fn stop_ids(meta: &Meta<'_>, tokens: &[&str], types: &[i32]) -> Result<Vec<u32>, GgufError> {
     const ENDS: [&str; 6] = ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>"];
     let mut ids = Vec::new();
     for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
@@ -298,8 +299,7 @@ fn stop_ids(meta: &Meta<'_>, tokens: &[&str]) -> Result<Vec<u32>, GgufError> {
             ids.push(id);
         }
     }
-    let types = meta.ints("tokenizer.ggml.token_type")?;
-    for (id, (text, ty)) in tokens.iter().zip(&types).enumerate() {
+    for (id, (text, ty)) in tokens.iter().zip(types).enumerate() {
         if *ty == crate::vocab::CONTROL && ENDS.contains(text) {
             ids.push(id as u32);
         }

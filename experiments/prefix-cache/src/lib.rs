@@ -456,7 +456,10 @@ impl Experiment for PrefixCache {
             // The pool: its budget in whole blocks, or every job whole.
             let blocks = match run.kv_budget {
                 Some(b) => KvPool::blocks_within(b),
-                None => prompts.iter().map(|q| KvPool::blocks_for(q.len().saturating_add(p.max_new_tokens))).fold(0, usize::saturating_add),
+                None => prompts
+                    .iter()
+                    .map(|q| KvPool::blocks_for(q.len().saturating_add(p.max_new_tokens)))
+                    .fold(0, usize::saturating_add),
             };
             if blocks.checked_mul(a.block_bytes) != Some(run.kv_pool_bytes)
                 || a.block_bytes == 0
