@@ -102,6 +102,27 @@ pub(crate) fn check_provenance(body: &Value, f: &mut Findings) {
     {
         f.wrong("invariants", "provenance.git.commit", format!("`{}` is not a commit id", git.commit));
     }
+    check_copies(body, &p, f);
+}
+
+/// The fields an artifact repeats from its provenance, for a reader's convenience, say what
+/// provenance says: its `run_id`, its `model_id` (the pinned model's repository; an unpinned run
+/// names its folder, which nothing else records) and its `parameters` (the effective settings).
+/// Nothing else reads them, so an edit of one would otherwise pass.
+fn check_copies(body: &Value, p: &common::provenance::Provenance, f: &mut Findings) {
+    if let Some(run_id) = body.get("run_id").filter(|id| id.as_str() != Some(p.run_id.as_str())) {
+        f.wrong("invariants", "run_id", format!("{run_id}, but provenance.run_id is `{}`", p.run_id));
+    }
+    let repo = p.model.as_ref().and_then(|m| m.repo.as_deref());
+    if let Some((model_id, repo)) = body.get("model_id").zip(repo).filter(|(id, repo)| id.as_str() != Some(repo)) {
+        f.wrong("invariants", "model_id", format!("{model_id}, but provenance.model.repo is `{repo}`"));
+    }
+    let effective = body.pointer("/provenance/settings/effective").filter(|e| !e.is_null());
+    if let Some((parameters, effective)) = body.get("parameters").zip(effective) {
+        if let Some((field, _)) = diff_values(parameters, effective, "parameters").into_iter().next() {
+            f.wrong("invariants", field, "not what provenance.settings.effective records");
+        }
+    }
 }
 
 pub(crate) fn check_schema(ws: &Workspace, experiment: &str, version: u64, body: &Value, f: &mut Findings) {

@@ -219,6 +219,7 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
     };
 
     let types = meta.ints("tokenizer.ggml.token_type")?;
+    let started = std::time::Instant::now();
     let tokenizer = crate::vocab::from_gguf(&crate::vocab::GgufVocab {
         model: meta.text("tokenizer.ggml.model")?.unwrap_or_default(),
         pre: meta.text("tokenizer.ggml.pre")?.unwrap_or("default"),
@@ -234,6 +235,8 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
     })
     .map_err(|cause| GgufError::Vocab { file: shown.into(), cause })?;
     let stop_ids = stop_ids(&meta, &tokens, &types)?;
+    tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "gguf: tokenizer built");
+    let started = std::time::Instant::now();
 
     let required = ["token_embd.weight".to_string(), "output_norm.weight".to_string()].into_iter().chain(
         (0..layers).flat_map(|i| {
@@ -282,6 +285,7 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
     };
     let read: Vec<Option<(String, Tensor)>> = names.par_iter().map(read_one).collect::<Result<_, _>>()?;
     let tensors: HashMap<String, Tensor> = read.into_iter().flatten().collect();
+    tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, tensors = tensors.len(), "gguf: weights dequantized");
     let template = meta.text("tokenizer.chat_template")?.map(str::to_string);
     Ok(GgufModel { arch, config, tensors, tokenizer, template, stop_ids })
 }

@@ -335,7 +335,6 @@ fn check(a: &Artifact, f: &mut Findings) {
     if let Err(Invalid { field, problem }) = a.parameters.validate() {
         return f.wrong("invariants", field, problem);
     }
-    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
     if a.notes != NOTES {
         f.differs_from_code("notes", "are not what the code records");
     }

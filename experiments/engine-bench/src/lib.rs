@@ -462,7 +462,6 @@ fn check(a: &Artifact, f: &mut Findings) {
     if let Err(Invalid { field, problem }) = a.parameters.validate() {
         return f.wrong("invariants", field, problem);
     }
-    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
     check_plan(a, f);
     for (i, c) in a.comparisons.iter().enumerate() {
         let at = |k: &str| format!("comparisons[{i}].{k}");

@@ -90,7 +90,6 @@ fn recorded_facts(a: &SchedulerArtifact, f: &mut Findings) {
     if a.environment != study::Environment::of(&a.provenance) {
         f.wrong("invariants", "environment", "differs from what provenance records of the build, host and weights");
     }
-    common::experiment::check_model_id(&a.model_id, &a.provenance, f);
     if a.model_revision != a.provenance.model.as_ref().and_then(|m| m.revision.clone()) {
         f.wrong("invariants", "model_revision", "differs from provenance.model.revision");
     }

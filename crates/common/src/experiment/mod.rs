@@ -258,15 +258,6 @@ impl ExitStatus for i32 {
     }
 }
 
-/// For an experiment's checks: an artifact's `model_id` is the pinned model's repository when the
-/// run was pinned (unpinned runs name their folder, which nothing else records).
-pub fn check_model_id(model_id: &str, provenance: &crate::provenance::Provenance, f: &mut Findings) {
-    let repo = provenance.model.as_ref().and_then(|m| m.repo.as_deref());
-    if repo.is_some_and(|repo| repo != model_id) {
-        f.wrong("invariants", "model_id", format!("`{model_id}`, but provenance.model says {repo:?}"));
-    }
-}
-
 /// For a binary before it writes: `claims` judged on the rounds its artifact records (the audit
 /// repeats this from the written file).
 pub fn judge_claims<E: Experiment>(
