@@ -1,6 +1,8 @@
 //! The audit and the report binaries as a user runs them: a folder with nothing to audit is an
 //! error that says so, and a report marks an artifact the audit finds wrong above its numbers.
 
+mod support;
+
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,12 +28,9 @@ fn a_report_marks_an_artifact_the_audit_finds_wrong() {
         .expect("a committed scheduler artifact");
     let tmp = tempfile::tempdir().unwrap();
     let mut v: Value = common::artifact::read_artifact(&committed).unwrap();
-    v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
     v["summary"][0]["ttft_ms"]["p50"] = json!(0.001);
-    let seal = common::artifact::seal(&v);
-    v.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
     let forged = tmp.path().join("forged.json");
-    std::fs::write(&forged, v.to_string()).unwrap();
+    std::fs::write(&forged, support::sealed(v).to_string()).unwrap();
     let out = tmp.path().join("report");
     let o = Command::new(env!("CARGO_BIN_EXE_report"))
         .current_dir(root())

@@ -1,6 +1,8 @@
 //! The fields an artifact repeats from its provenance (`run_id`, `model_id`, `parameters`) are
 //! held to it: a sealed edit of one, which no experiment's own checks read, is found wrong by name.
 
+mod support;
+
 use audit::Audit;
 use common::workspace::Workspace;
 use serde_json::{json, Value};
@@ -38,12 +40,9 @@ fn an_edited_copy_of_provenance_is_wrong_by_name() {
             forged["parameters"][&key] = json!(n * 2 + 1);
             forgeries.push((forged, format!("parameters.{key}")));
         }
-        for (mut forged, field) in forgeries {
-            forged.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
-            let seal = common::artifact::seal(&forged);
-            forged.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
+        for (forged, field) in forgeries {
             let path = tmp.path().join("forged.json");
-            std::fs::write(&path, forged.to_string()).unwrap();
+            std::fs::write(&path, support::sealed(forged).to_string()).unwrap();
             let report = audit.audit_artifact(&path);
             assert!(
                 report.findings.iter().any(|f| f.check == "invariants" && f.field == field),

@@ -16,7 +16,10 @@
 //! `FORGERY_KINDS=all` (as `just fuzz` sets) makes every kind of edit on every field; by default
 //! one kind per field, in turn, and artifacts of over 2 MB only under `all`.
 
+mod support;
+
 use audit::{Audit, Verdict};
+use support::sealed;
 use common::finding::Severity;
 use common::workspace::Workspace;
 use serde_json::{json, Value};
@@ -270,12 +273,6 @@ fn scratch() -> (tempfile::TempDir, Workspace) {
     }
     let _ = std::fs::remove_dir_all(root.join("artifacts/reports"));
     (tmp, Workspace { root })
-}
-
-fn sealed(mut body: Value) -> Value {
-    let seal = common::artifact::seal(&body);
-    body.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
-    body
 }
 
 /// A seeded draw, so that a failure names a forgery that the next run makes again.
