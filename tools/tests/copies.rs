@@ -25,9 +25,10 @@ fn an_edited_copy_of_provenance_is_wrong_by_name() {
         if body.get("model_id").is_some() && pinned {
             edits.push(("/model_id", "model_id".into()));
         }
-        let number = body.get("parameters").and_then(Value::as_object).and_then(|p| {
-            p.iter().find(|(_, v)| v.is_u64()).map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        });
+        let number = body
+            .get("parameters")
+            .and_then(Value::as_object)
+            .and_then(|p| p.iter().find(|(_, v)| v.is_u64()).map(|(k, v)| (k.clone(), v.as_u64().unwrap())));
         let mut forgeries = Vec::new();
         for (pointer, field) in edits {
             let mut forged = body.clone();

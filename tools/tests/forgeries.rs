@@ -19,12 +19,12 @@
 mod support;
 
 use audit::{Audit, Verdict};
-use support::sealed;
 use common::finding::Severity;
 use common::workspace::Workspace;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use support::sealed;
 use tools::registry::EXPERIMENTS;
 
 /// The kinds of edit, by the value they apply to.

@@ -64,7 +64,11 @@ pub(crate) fn audit(artifact: &crate::serving::ServingArtifact, f: &mut Findings
             f.wrong("invariants", at("chunk_gaps_s"), format!("{} gaps for {} chunks", r.chunk_gaps_s.len(), r.chunks));
         }
         if (r.chunks > 0) != r.first_token_s.is_some() {
-            f.wrong("invariants", at("chunks"), format!("{} chunks with text, first_token_s {:?}", r.chunks, r.first_token_s));
+            f.wrong(
+                "invariants",
+                at("chunks"),
+                format!("{} chunks with text, first_token_s {:?}", r.chunks, r.first_token_s),
+            );
         }
         // The gaps lie between the first chunk with text and the end of the stream (a
         // microsecond allowed per gap for the seconds' rounding).
