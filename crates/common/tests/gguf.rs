@@ -226,6 +226,12 @@ fn files_this_engine_cannot_run_are_refused_by_name() {
     assert!(e.contains("metadata `qwen2.block_count` is missing"), "{e}");
     let e = err("tensor", &|_, t| t.retain(|(n, _, _)| n != "blk.2.ffn_up.weight"));
     assert!(e.contains("ffn_up"), "{e}");
+    let e = err("shape", &|_, t| {
+        t.iter_mut()
+            .filter(|(n, _, _)| n == "blk.1.ffn_down.weight")
+            .for_each(|x| x.1 = x.1.t().unwrap().contiguous().unwrap())
+    });
+    assert!(e.starts_with("shape.gguf: tensor `blk.1.ffn_down.weight` is") && e.contains("expected"), "{e}");
     let e = err("context", &|m, _| set(m, "qwen2.context_length", gguf_file::Value::U32(u32::MAX)));
     assert!(e.contains("qwen2.context_length") && e.contains("at most 2097152 positions"), "{e}");
     let e = err("vocab", &|m, _| m.push(("qwen2.vocab_size".into(), gguf_file::Value::U32(1000))));

@@ -1,20 +1,23 @@
 //! A GGUF file as a model: its metadata gives the configuration, the tokenizer ([`crate::vocab`])
-//! and the chat template; its tensors are dequantized to F32 under their Hugging Face names, so
-//! the forward in [`crate::qwen`] loads them as it loads a safetensors checkpoint.
+//! and the chat template; its tensors are found under their Hugging Face names, so the forward in
+//! [`crate::qwen`] loads them as it loads a safetensors checkpoint, dequantizing their rows from
+//! the file's map as it lays them out ([`crate::weights`]).
 //!
 //! Two architectures: `qwen2` and `llama`. What differs is read from the file, not branched on
 //! in the forward: Qwen2 has q/k/v biases and Llama has none (a bias is used when the file has
 //! one), and GGUF stores a Llama's q and k rows in the order of llama.cpp's rotary embedding,
 //! which pairs adjacent dimensions, where the forward rotates half against half
-//! ([`unpermute`]). Weight types are the ones whose dequantization candle and llama.cpp share;
+//! (read back by index: [`crate::weights::rotary_source`]). Weight types are the ones whose dequantization candle and llama.cpp share;
 //! any other is refused by name.
 
+use crate::weights::{Blocks, Matrix, Weights};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::qwen2::Config;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The weight types a file may hold.
 const TYPES: [GgmlDType; 9] = [
@@ -68,8 +71,9 @@ pub enum GgufError {
 pub(crate) struct GgufModel {
     pub(crate) arch: Architecture,
     pub(crate) config: Config,
-    /// F32 tensors under their Hugging Face names, q and k rows in the forward's order.
-    pub(crate) tensors: HashMap<String, Tensor>,
+    /// The tensors under their Hugging Face names, read from the file's map as the forward
+    /// loads them.
+    pub(crate) weights: GgufWeights,
     pub(crate) tokenizer: tokenizers::Tokenizer,
     pub(crate) template: Option<String>,
     pub(crate) stop_ids: Vec<u32>,
@@ -253,12 +257,13 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
             });
         }
     }
+    let map = Arc::new(map);
+    let head_dim = hidden / heads;
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    // Sorted, so a file with several faults is always refused for the same one.
     names.sort();
-    // Tensors are dequantized side by side (each from its own cursor over the map).
-    use rayon::prelude::*;
-    let read_one = |name: &&String| -> Result<Option<(String, Tensor)>, GgufError> {
-        let name: &String = name;
+    let mut tensors = HashMap::with_capacity(names.len());
+    for name in names {
         let info = &content.tensor_infos[name];
         let problem = |problem: String| GgufError::Tensor { file: shown.into(), name: name.clone(), problem };
         if !TYPES.contains(&info.ggml_dtype) {
@@ -266,28 +271,23 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
         }
         // Rotary tables some converters store are recomputed by the forward.
         if name.as_str() == "rope_freqs.weight" {
-            return Ok(None);
+            continue;
         }
         let hf = supply::gguf::hf_name(name)
             .ok_or_else(|| problem(format!("is not a {arch_name} weight this engine knows")))?;
-        let t = content
-            .tensor(&mut std::io::Cursor::new(&map[..]), name, &Device::Cpu)
-            .and_then(|q| q.dequantize(&Device::Cpu))
-            .map_err(|e| problem(e.to_string()))?;
-        let head_dim = hidden / heads;
-        let t = match (arch, name.rsplit('.').nth(1)) {
-            (Architecture::Llama, Some("attn_q")) => unpermute(&t, heads, head_dim),
-            (Architecture::Llama, Some("attn_k")) => unpermute(&t, kv_heads, head_dim),
-            _ => Ok(t),
-        }
-        .map_err(|e| problem(e.to_string()))?;
-        Ok(Some((hf, t)))
-    };
-    let read: Vec<Option<(String, Tensor)>> = names.par_iter().map(read_one).collect::<Result<_, _>>()?;
-    let tensors: HashMap<String, Tensor> = read.into_iter().flatten().collect();
-    tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, tensors = tensors.len(), "gguf: weights dequantized");
+        let rotary = matches!((arch, name.rsplit('.').nth(1)), (Architecture::Llama, Some("attn_q" | "attn_k")));
+        let start = content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| problem("lies past the end of the file".into()))?;
+        let blocks = Blocks::new(map.clone(), start, info.ggml_dtype, info.shape.dims(), rotary.then_some(head_dim))
+            .map_err(problem)?;
+        tensors.insert(hf, (name.clone(), Matrix::Gguf(blocks)));
+    }
+    tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, tensors = tensors.len(), "gguf: tensors found");
+    let weights = GgufWeights { tensors };
     let template = meta.text("tokenizer.chat_template")?.map(str::to_string);
-    Ok(GgufModel { arch, config, tensors, tokenizer, template, stop_ids })
+    Ok(GgufModel { arch, config, weights, tokenizer, template, stop_ids })
 }
 
 /// The ids that end a generation, as llama.cpp finds them: the end-of-sequence and end-of-turn
@@ -313,38 +313,33 @@ fn stop_ids(meta: &Meta<'_>, tokens: &[&str], types: &[i32]) -> Result<Vec<u32>,
     Ok(ids)
 }
 
-/// A Llama q or k matrix from GGUF's row order back to the checkpoint's: within each head,
-/// GGUF row `2i + s` is the checkpoint's row `s·d/2 + i` (`d` the head width).
-fn unpermute(w: &Tensor, heads: usize, head_dim: usize) -> candle_core::Result<Tensor> {
-    let (rows, cols) = w.dims2()?;
-    if rows != heads * head_dim {
-        candle_core::bail!("has {rows} rows, expected {heads} heads of {head_dim}")
-    }
-    w.reshape((heads, head_dim / 2, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))
+/// A file's tensors by their Hugging Face names (each with its name in the file, for errors,
+/// which the loader prefixes with the file's).
+pub(crate) struct GgufWeights {
+    tensors: HashMap<String, (String, Matrix)>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unpermute_undoes_the_converters_row_order() {
-        // The converter's permutation, written from its definition: checkpoint row `s·d/2 + i`
-        // of each head goes to row `2i + s`.
-        let (heads, d, cols) = (3, 8, 2);
-        let original: Vec<f32> = (0..heads * d * cols).map(|x| x as f32).collect();
-        let mut permuted = vec![0f32; original.len()];
-        for h in 0..heads {
-            for s in 0..2 {
-                for i in 0..d / 2 {
-                    let (from, to) = (h * d + s * d / 2 + i, h * d + 2 * i + s);
-                    permuted[to * cols..(to + 1) * cols].copy_from_slice(&original[from * cols..(from + 1) * cols]);
-                }
-            }
+impl GgufWeights {
+    fn get(&self, name: &str, rows: usize, cols: usize) -> candle_core::Result<&Matrix> {
+        let Some((stored, m)) = self.tensors.get(name) else { candle_core::bail!("no tensor for `{name}`") };
+        if m.dims() != (rows, cols) {
+            let (r, c) = m.dims();
+            candle_core::bail!("tensor `{stored}` is {r} × {c}, expected {rows} × {cols}")
         }
-        let t = Tensor::from_vec(permuted, (heads * d, cols), &Device::Cpu).unwrap();
-        let back = unpermute(&t, heads, d).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        assert_eq!(back, original);
-        assert!(unpermute(&t, heads + 1, d).is_err());
+        Ok(m)
+    }
+}
+
+impl Weights for GgufWeights {
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> candle_core::Result<Matrix> {
+        self.get(name, rows, cols).cloned()
+    }
+
+    fn vector(&self, name: &str, len: usize) -> candle_core::Result<Tensor> {
+        Tensor::from_vec(self.get(name, 1, len)?.to_vec(), len, &Device::Cpu)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
     }
 }

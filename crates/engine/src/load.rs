@@ -180,8 +180,7 @@ impl LoadedModel {
         let template = ChatTemplate::new(gguf.template.ok_or(LoadError::NoTemplate { file: shown.clone() })?)?;
         let device = Device::Cpu;
         let started = std::time::Instant::now();
-        let vb = VarBuilder::from_tensors(gguf.tensors, DTYPE, &device);
-        let model = Qwen2::load(&gguf.config, vb, dtype)
+        let model = Qwen2::load_from(&gguf.config, &gguf.weights, dtype)
             .map_err(|e| LoadError::GgufWeights { file: shown.clone(), cause: e.to_string() })?;
         tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "gguf: weights laid out");
         Ok(LoadedModel {

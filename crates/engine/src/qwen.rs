@@ -20,6 +20,7 @@
 //! quarter of the head's bytes in F32.
 
 use crate::greedy::{self, Screen};
+use crate::weights::{self, Matrix, Weights};
 use crate::{kernel, memory};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
 use candle_nn::VarBuilder;
@@ -111,39 +112,41 @@ struct Proj {
 }
 
 impl Proj {
-    /// `w` is the checkpoint's row-major F32 matrix; stored in `dtype`, in panels when `panels`
-    /// (the layers' projections: [`kernel::Layout`] says why) or as rows (the head, whose rows
-    /// are also looked up and screened one by one).
+    /// The matrices `parts` stacked (their rows in order, as one `out × in` matrix), stored in
+    /// `dtype`, in panels when `panels` (the layers' projections: [`kernel::Layout`] says why)
+    /// or as rows (the head, whose rows are also looked up and screened one by one).
     ///
-    /// BF16 panels pair their inputs (when there is an even number of them): their products are
-    /// BF16 dot products, with the activations rounded to BF16 (`kernel::paired` says why).
-    fn new(w: Tensor, bias: Option<Tensor>, dtype: WeightDtype, panels: bool) -> Result<Self> {
-        let (out, k) = w.dims2()?;
+    /// F32 matrices are laid out where they will live, straight from the parts' rows
+    /// ([`crate::weights`] says why). BF16 panels pair their inputs (when there is an even
+    /// number of them): their products are BF16 dot products, with the activations rounded to
+    /// BF16 (`kernel::paired` says why).
+    fn new(
+        parts: &[Matrix],
+        bias: Option<Vec<f32>>,
+        dtype: WeightDtype,
+        panels: bool,
+        device: &Device,
+    ) -> Result<Self> {
+        let k = parts.first().map_or(0, |p| p.dims().1);
+        if k == 0 || parts.iter().any(|p| p.dims().1 != k) {
+            candle_core::bail!("a projection's parts must share a positive width")
+        }
+        let out: usize = parts.iter().map(|p| p.dims().0).sum();
         let layout = match (panels, dtype) {
             (true, WeightDtype::Bf16) if k.is_multiple_of(2) => kernel::Layout::paired_panels(k),
             (true, _) => kernel::Layout::panels(k),
             (false, _) => kernel::Layout::rows(k),
         };
-        let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
-        let w = match (panels, dtype) {
-            // F32 panels are laid out where they will live, with no copy in between.
-            (true, WeightDtype::F32) => {
-                let w = w.contiguous()?;
-                let (storage, l) = w.storage_and_layout();
-                let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) = (&*storage, l.contiguous_offsets())
-                else {
-                    candle_core::bail!("weights are read in F32 on the CPU")
-                };
-                memory::filled_on_huge_pages(end - start, w.device(), |data| {
-                    layout.arrange_into(&values[start..end], data)
-                })?
+        let fill = |first: usize, rows: &mut [f32]| weights::fill_stacked(parts, first, rows);
+        let w = match dtype {
+            WeightDtype::F32 => memory::filled_on_huge_pages(out * k, device, |data| layout.fill_into(data, fill))?,
+            _ => {
+                let mut laid = vec![0f32; out * k];
+                layout.fill_into(&mut laid, fill);
+                memory::on_huge_pages(&Tensor::from_vec(laid, out * k, device)?.to_dtype(candle_dtype(dtype))?)?
             }
-            (true, _) => {
-                let laid = Tensor::from_vec(layout.arrange(&w.flatten_all()?.to_vec1::<f32>()?), out * k, w.device())?;
-                memory::on_huge_pages(&laid.to_dtype(candle_dtype(dtype))?)?
-            }
-            (false, _) => memory::on_huge_pages(&w.to_dtype(candle_dtype(dtype))?)?,
         };
+        let w = if panels { w } else { w.reshape((out, k))? };
         Ok(Proj { w, layout, bias, out, screen: None })
     }
 
@@ -268,57 +271,64 @@ pub struct Qwen2 {
 }
 
 impl Qwen2 {
-    /// Loads the weights from `vb` (F32) and stores the matrices in `dtype`.
+    /// Loads the weights from `vb` (a checkpoint's, F32) and stores the matrices in `dtype`.
     pub fn load(cfg: &Config, vb: VarBuilder, dtype: WeightDtype) -> Result<Self> {
+        Self::load_from(cfg, &vb, dtype)
+    }
+
+    /// Loads the weights from `weights` (found by their Hugging Face names; shapes are checked
+    /// here, so a wrong checkpoint fails at load, not mid-run) and stores the matrices in `dtype`.
+    pub(crate) fn load_from(cfg: &Config, weights: &impl Weights, dtype: WeightDtype) -> Result<Self> {
         let head_dim = cfg.hidden_size / cfg.num_attention_heads;
         let (h, kv, inter) = (cfg.hidden_size, cfg.num_key_value_heads * head_dim, cfg.intermediate_size);
-        let m = vb.pp("model");
-        let embed = m.get((cfg.vocab_size, h), "embed_tokens.weight")?;
-        // Shapes are checked here so a wrong checkpoint fails at load, not mid-run.
-        let get = |vb: &VarBuilder, name: &str, rows: usize, cols: usize| -> Result<Tensor> {
-            let w = vb.get_unchecked(&format!("{name}.weight"))?;
-            if w.dims() != [rows, cols] {
-                candle_core::bail!("{}.{name}: shape {:?}, expected [{rows}, {cols}]", vb.prefix(), w.dims())
-            }
-            Ok(w)
-        };
+        let device = Device::Cpu;
+        let matrix = |name: &str, rows: usize, cols: usize| weights.matrix(&format!("{name}.weight"), rows, cols);
+        let vector = |name: &str, len: usize| weights.vector(name, len);
+        let panels = |parts: &[Matrix], bias: Option<Vec<f32>>| Proj::new(parts, bias, dtype, true, &device);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
-            let l = m.pp(format!("layers.{i}"));
-            let a = l.pp("self_attn");
-            let qkv =
-                Tensor::cat(&[get(&a, "q_proj", h, h)?, get(&a, "k_proj", kv, h)?, get(&a, "v_proj", kv, h)?], 0)?;
+            let (a, f) = (format!("model.layers.{i}.self_attn"), format!("model.layers.{i}.mlp"));
+            let qkv = [
+                matrix(&format!("{a}.q_proj"), h, h)?,
+                matrix(&format!("{a}.k_proj"), kv, h)?,
+                matrix(&format!("{a}.v_proj"), kv, h)?,
+            ];
             // Qwen2 has q/k/v biases, Llama none: a bias is used where the weights hold one.
-            let qkv_bias = if a.contains_tensor("q_proj.bias") {
-                Some(Tensor::cat(&[a.get(h, "q_proj.bias")?, a.get(kv, "k_proj.bias")?, a.get(kv, "v_proj.bias")?], 0)?)
+            let qkv_bias = if weights.contains(&format!("{a}.q_proj.bias")) {
+                let parts =
+                    [("q_proj", h), ("k_proj", kv), ("v_proj", kv)].map(|(p, n)| vector(&format!("{a}.{p}.bias"), n));
+                let mut bias = Vec::with_capacity(h + 2 * kv);
+                for part in parts {
+                    bias.extend(part?.to_vec1::<f32>()?);
+                }
+                Some(bias)
             } else {
                 None
             };
-            let f = l.pp("mlp");
-            let gate_up = Tensor::cat(&[get(&f, "gate_proj", inter, h)?, get(&f, "up_proj", inter, h)?], 0)?;
+            let gate_up = [matrix(&format!("{f}.gate_proj"), inter, h)?, matrix(&format!("{f}.up_proj"), inter, h)?];
             layers.push(Layer {
-                qkv: Proj::new(qkv, qkv_bias, dtype, true)?,
-                o: Proj::new(get(&a, "o_proj", h, h)?, None, dtype, true)?,
-                gate_up: Proj::new(gate_up, None, dtype, true)?,
-                down: Proj::new(get(&f, "down_proj", h, inter)?, None, dtype, true)?,
-                attn_norm: l.get(h, "input_layernorm.weight")?,
-                ffn_norm: l.get(h, "post_attention_layernorm.weight")?,
+                qkv: panels(&qkv, qkv_bias)?,
+                o: panels(&[matrix(&format!("{a}.o_proj"), h, h)?], None)?,
+                gate_up: panels(&gate_up, None)?,
+                down: panels(&[matrix(&format!("{f}.down_proj"), h, inter)?], None)?,
+                attn_norm: vector(&format!("model.layers.{i}.input_layernorm.weight"), h)?,
+                ffn_norm: vector(&format!("model.layers.{i}.post_attention_layernorm.weight"), h)?,
             });
         }
-        let norm = m.get(h, "norm.weight")?;
-        let tied = !vb.contains_tensor("lm_head.weight");
-        let lm_head = if tied {
-            Proj::new(embed.clone(), None, dtype, false)?
-        } else {
-            Proj::new(get(&vb, "lm_head", cfg.vocab_size, h)?, None, dtype, false)?
-        }
-        .screened()?;
+        let norm = vector("model.norm.weight", h)?;
+        let embed = matrix("model.embed_tokens", cfg.vocab_size, h)?;
+        let tied = !weights.contains("lm_head.weight");
+        let head = if tied { embed.clone() } else { matrix("lm_head", cfg.vocab_size, h)? };
+        let lm_head = Proj::new(&[head], None, dtype, false, &device)?.screened()?;
         // Tied embeddings share the head's (possibly converted) storage.
-        let embed = if tied { lm_head.w.clone() } else { embed.to_dtype(candle_dtype(dtype))? };
+        let embed = if tied {
+            lm_head.w.clone()
+        } else {
+            Tensor::from_vec(embed.to_vec(), (cfg.vocab_size, h), &device)?.to_dtype(candle_dtype(dtype))?
+        };
         // The rotary tables as candle-transformers computes them (same values, same ids).
         let inv_freq: Vec<f32> =
             (0..head_dim).step_by(2).map(|i| 1f32 / cfg.rope_theta.powf(i as f64 / head_dim as f64) as f32).collect();
-        let device = vb.device().clone();
         let inv_freq = Tensor::from_vec(inv_freq, (1, head_dim / 2), &device)?;
         let t = Tensor::arange(0u32, cfg.max_position_embeddings as u32, &device)?
             .to_dtype(DType::F32)?

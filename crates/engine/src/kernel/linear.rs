@@ -67,7 +67,7 @@ impl Layout {
     }
 
     /// Row-major `w` (`out × k`) rearranged into this layout.
-    pub fn arrange<W: Copy + Send + Sync>(self, w: &[W]) -> Vec<W> {
+    pub fn arrange<W: Copy + Default + Send + Sync>(self, w: &[W]) -> Vec<W> {
         let mut laid = w.to_vec();
         self.arrange_into(w, &mut laid);
         laid
@@ -75,18 +75,37 @@ impl Layout {
 
     /// [`Self::arrange`] into `out` (as long as `w`), where the matrix is to live: a load then
     /// makes no copy in between.
-    pub fn arrange_into<W: Copy + Send + Sync>(self, w: &[W], out: &mut [W]) {
+    pub fn arrange_into<W: Copy + Default + Send + Sync>(self, w: &[W], out: &mut [W]) {
+        let k = self.k;
+        self.fill_into(out, |first, rows| rows.copy_from_slice(&w[first * k..first * k + rows.len()]));
+    }
+
+    /// Lays a matrix out into `out` (its size) from its rows, which `rows(first, buf)` writes
+    /// into `buf` (whole row-major rows from row `first`) a panel at a time: a load that
+    /// produces rows (dequantized from a file) then holds only the laid-out matrix, not a
+    /// row-major copy too. Panels are filled side by side; in rows, `buf` is `out` itself.
+    pub fn fill_into<W: Copy + Default + Send + Sync>(self, out: &mut [W], rows: impl Fn(usize, &mut [W]) + Sync) {
+        let k = self.k.max(1);
         if !self.panels {
-            out.copy_from_slice(w);
+            out.par_chunks_mut(PANEL * k).enumerate().for_each(|(p, chunk)| rows(p * PANEL, chunk));
             return;
         }
-        let (step, k) = (if self.pairs { 2 } else { 1 }, self.k);
+        let step = if self.pairs { 2 } else { 1 };
         // Panels are laid out side by side: each fills its own part of `out`.
-        out.par_chunks_mut(PANEL * k).zip(w.par_chunks(PANEL * k)).for_each(|(laid, panel)| {
-            let rows = panel.len() / k.max(1);
-            for (i, group) in (0..k).step_by(step).zip(laid.chunks_mut(step * rows)) {
-                for (r, pair) in group.chunks_mut(step).enumerate() {
-                    pair.copy_from_slice(&panel[r * k + i..r * k + i + step]);
+        out.par_chunks_mut(PANEL * k).enumerate().for_each_init(Vec::new, |panel, (p, laid)| {
+            panel.resize(laid.len(), W::default());
+            rows(p * PANEL, panel);
+            // Input `i·step + s` of the panel's row `r` goes to `(i·n + r)·step + s`; the two
+            // cases written apart so that each copies values, not slices of a runtime length.
+            let n = panel.len() / k;
+            for (r, row) in panel.chunks_exact(k).enumerate() {
+                if step == 1 {
+                    row.iter().enumerate().for_each(|(i, v)| laid[i * n + r] = *v);
+                } else {
+                    for (i, pair) in row.chunks_exact(2).enumerate() {
+                        laid[2 * (i * n + r)] = pair[0];
+                        laid[2 * (i * n + r) + 1] = pair[1];
+                    }
                 }
             }
         });
@@ -94,7 +113,7 @@ impl Layout {
 }
 
 /// Element types a weight matrix may be stored in. Accumulation is always F32.
-pub trait Weight: Copy + Send + Sync + 'static {
+pub trait Weight: Copy + Default + Send + Sync + 'static {
     fn to_f32(self) -> f32;
     /// One task's products in rows (the portable `block`) through the SIMD path; false when the
     /// CPU lacks its instructions (the portable path then runs).

@@ -7,11 +7,18 @@ fn a_projection_gives_a_row_the_same_bits_alone_as_in_a_prefill_chunk() {
     // an odd and an even number of inputs (BF16 pairs them only when even).
     for (out, k, rows) in [(70, 75, 21), (70, 76, 21)] {
         let w = Tensor::from_vec(data(out * k, 30), (out, k), &Device::Cpu).unwrap();
-        let bias = Tensor::from_vec(data(out, 31), out, &Device::Cpu).unwrap();
+        let bias = data(out, 31);
         let x = Tensor::from_vec(data(rows * k, 32), (rows, k), &Device::Cpu).unwrap();
+        let whole = [Matrix::tensor(w.clone()).unwrap()];
+        // The same rows in two parts, split inside a panel (as q/k/v and gate/up are stacked).
+        let parts =
+            [33, out - 33].map(|n| Matrix::tensor(w.narrow(0, if n == 33 { 0 } else { 33 }, n).unwrap()).unwrap());
+        let cpu = &Device::Cpu;
         for dtype in [WeightDtype::F32, WeightDtype::F16, WeightDtype::Bf16] {
-            let in_panels = Proj::new(w.clone(), Some(bias.clone()), dtype, true).unwrap();
-            let in_rows = Proj::new(w.clone(), Some(bias.clone()), dtype, false).unwrap();
+            let in_panels = Proj::new(&whole, Some(bias.clone()), dtype, true, cpu).unwrap();
+            let in_rows = Proj::new(&whole, Some(bias.clone()), dtype, false, cpu).unwrap();
+            let stacked = Proj::new(&parts, Some(bias.clone()), dtype, true, cpu).unwrap();
+            assert_eq!(stacked.outputs(&x).unwrap(), in_panels.outputs(&x).unwrap(), "{}: parts", dtype.name());
             let paired = in_panels.layout.paired();
             assert_eq!(paired, dtype == WeightDtype::Bf16 && k % 2 == 0);
             assert_ne!(in_panels.layout, in_rows.layout);
