@@ -102,4 +102,8 @@ fn model_dir_is_verified_against_the_pin() {
         .unwrap_err()
         .to_string()
         .contains("neither a checkpoint folder nor a model file"));
+    // A file where a pinned model's folder is expected names the folder to pass instead.
+    let file = ResolveOptions { model_dir: Some(copy.path().join("config.json")), ..Default::default() };
+    let err = resolve(&ws, &pin, &file).unwrap_err().to_string();
+    assert!(err.contains("model `tiny` is pinned") && err.contains("pass the folder that holds"), "{err}");
 }

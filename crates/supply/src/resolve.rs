@@ -56,6 +56,8 @@ pub enum ResolveError {
     Generate { name: String, cause: Box<generate::GenerateError> },
     #[error("--model-dir {0}: neither a checkpoint folder nor a model file")]
     NotADir(String),
+    #[error("--model-dir {path}: a file, but model `{name}` is pinned, and a pin is checked against a folder of its files; pass the folder that holds {path}")]
+    PinnedFile { path: String, name: String },
     #[error("--model-dir {dir}: {cause}")]
     Describe { dir: String, cause: Box<PinError> },
 }
@@ -109,6 +111,9 @@ pub fn resolve(ws: &Workspace, pin: &ModelPin, opts: &ResolveOptions) -> Result<
     let mut tried = Vec::new();
 
     if let Some(dir) = &opts.model_dir {
+        if dir.is_file() {
+            return Err(ResolveError::PinnedFile { path: dir.display().to_string(), name: pin.name.clone() });
+        }
         if !dir.is_dir() {
             return Err(ResolveError::NotADir(dir.display().to_string()));
         }
