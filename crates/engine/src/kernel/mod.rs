@@ -35,6 +35,7 @@ mod int;
 mod linear;
 mod mlp;
 mod paired;
+mod quant;
 mod stream;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -47,6 +48,7 @@ pub use int::int_products;
 pub use linear::{linear, Layout, Weight};
 pub(crate) use linear::{selected_rows, PANEL};
 pub use mlp::silu_mul;
+pub use quant::{quant_linear, Format, QuantMatrix};
 pub use stream::ReadProbe;
 
 /// Weight rows per parallel task of a product in rows (the head): small enough to balance two to

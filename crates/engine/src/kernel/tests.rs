@@ -6,6 +6,7 @@ use super::dispatch::cpu;
 use super::int::*;
 use super::linear::*;
 use super::mlp::*;
+use super::quant;
 #[cfg(target_arch = "x86_64")]
 use super::x86 as simd;
 use super::*;
@@ -521,4 +522,165 @@ fn f16_weights_accumulate_in_f32() {
         let exact: f64 = (0..k).map(|i| w16[j * k + i].to_f64() * x[i] as f64).sum();
         assert!((y[j] as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "y[{j}] = {}, exact {exact}", y[j]);
     }
+}
+
+/// Random blocks of `F`: scales and minimums of either sign within F16's normal range, every
+/// byte value (Q8_0's -128 included).
+fn quant_blocks<F: quant::QBlock>(blocks: usize, seed: u32) -> Vec<u8> {
+    let (scales, bytes) = (data(2 * blocks, seed), data(blocks * F::BYTES, seed + 1));
+    let mut out = Vec::with_capacity(blocks * F::BYTES);
+    for (b, bytes) in bytes.chunks_exact(F::BYTES).enumerate() {
+        out.extend(f16::from_f32(scales[2 * b] * 0.02).to_le_bytes());
+        let rest = if F::MIN {
+            out.extend(f16::from_f32(scales[2 * b + 1] * 0.1).to_le_bytes());
+            F::BYTES - 4
+        } else {
+            F::BYTES - 2
+        };
+        out.extend(bytes[..rest].iter().map(|v| ((v + 1.0) * 127.99) as u8));
+    }
+    out
+}
+
+/// Every format's tests, run once per format.
+fn for_each_format(check: impl Fn(&dyn Fn(usize, u32) -> Vec<u8>, quant::Format, &str)) {
+    check(&quant_blocks::<quant::Q8_0>, quant::Format::Q8_0, "q8_0");
+    check(&quant_blocks::<quant::Q4_0>, quant::Format::Q4_0, "q4_0");
+    check(&quant_blocks::<quant::Q4_1>, quant::Format::Q4_1, "q4_1");
+}
+
+#[test]
+fn activations_quantize_to_within_half_a_step() {
+    let mut x = data(4 * 64, 40);
+    x[64..96].fill(0.0);
+    x[100] = -3.0;
+    let a = quant::Q8Rows::quantize(&x, 64);
+    for (b, (xs, qs)) in x.chunks_exact(quant::QK).zip(a.qs.chunks_exact(quant::QK)).enumerate() {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(a.d[b], amax / 127.0, "block {b}'s scale");
+        assert!(qs.iter().all(|q| (-127..=127).contains(q)), "block {b}: {qs:?}");
+        for (x, q) in xs.iter().zip(qs) {
+            assert!((x - a.d[b] * f32::from(*q)).abs() <= a.d[b] * 0.5001, "block {b}: {x} as {q}");
+        }
+        let sum: i32 = qs.iter().map(|q| i32::from(*q)).sum();
+        assert_eq!(a.s[b], a.d[b] * sum as f32, "block {b}'s sum");
+    }
+    assert!(a.qs[64..96].iter().all(|q| *q == 0) && a.d[2] == 0.0, "a zero block stays zero");
+    assert_eq!(a.qs[100], -127, "the block's largest magnitude is ±127");
+}
+
+#[test]
+fn quantized_products_match_the_f64_product_of_the_dequantized_values() {
+    for_each_format(|blocks, format, label| {
+        let (out, k, rows) = (37, 96, 5);
+        let w = blocks(out * k / quant::QK, 41);
+        let x = data(rows * k, 42);
+        let m = QuantMatrix { bytes: &w, format, rows: out, k, order: None };
+        let y = quant_linear(&[m], None, &x, rows);
+        let a = quant::Q8Rows::quantize(&x, k);
+        let bb = format.block_bytes();
+        for j in 0..out {
+            for r in 0..rows {
+                let (mut exact, mut size) = (0f64, 0f64);
+                for b in 0..k / quant::QK {
+                    let block = &w[(j * k / quant::QK + b) * bb..][..bb];
+                    let (d, min) = (
+                        quant::half_at(block, 0) as f64,
+                        if format == quant::Format::Q4_1 { quant::half_at(block, 2) as f64 } else { 0.0 },
+                    );
+                    let values = match format {
+                        quant::Format::Q8_0 => <quant::Q8_0 as quant::QBlock>::values(block),
+                        quant::Format::Q4_0 => <quant::Q4_0 as quant::QBlock>::values(block),
+                        quant::Format::Q4_1 => <quant::Q4_1 as quant::QBlock>::values(block),
+                    };
+                    let at = r * k / quant::QK + b;
+                    for (v, q) in values.iter().zip(&a.qs[at * quant::QK..][..quant::QK]) {
+                        let term = (d * *v as f64 + min) * (a.d[at] as f64 * *q as f64);
+                        exact += term;
+                        size += term.abs();
+                    }
+                }
+                let got = y[r * out + j] as f64;
+                assert!((got - exact).abs() <= 1e-5 * size + 1e-30, "{label} y[{r}][{j}]: {got} vs {exact}");
+            }
+        }
+    });
+}
+
+#[test]
+fn quantized_products_have_the_same_bits_in_every_path_and_batch() {
+    use quant::{Q4_0, Q4_1, Q8_0};
+    // One to three blocks per row and eighteen (a 576-wide row); one to thirteen activation rows,
+    // through the groups of four and eight and their leftovers.
+    for nb in [1, 2, 3, 18] {
+        let k = nb * quant::QK;
+        for rows in [1, 3, 4, 5, 8, 9, 13] {
+            let x = data(rows * k, 50 + rows as u32);
+            let a = quant::Q8Rows::quantize(&x, k);
+            let alone: Vec<quant::Q8Rows> = x.chunks_exact(k).map(|x| quant::Q8Rows::quantize(x, k)).collect();
+            same::<Q8_0>(&quant_blocks::<Q8_0>(nb, 60), &a, &alone, "q8_0");
+            same::<Q4_0>(&quant_blocks::<Q4_0>(nb, 61), &a, &alone, "q4_0");
+            same::<Q4_1>(&quant_blocks::<Q4_1>(nb, 62), &a, &alone, "q4_1");
+        }
+    }
+
+    fn same<F: quant::QBlock>(w: &[u8], a: &quant::Q8Rows, alone: &[quant::Q8Rows], label: &str) {
+        let rows = a.rows();
+        let plain: Vec<f32> = (0..rows).map(|r| quant::dot_plain::<F>(w, a, r)).collect();
+        let mut dispatched = vec![0f32; rows];
+        quant::row_dots::<F>(w, a, &mut dispatched);
+        assert_eq!(bits(&plain), bits(&dispatched), "{label}: the dispatched path, {rows} rows of {}", a.k);
+        for (r, one) in alone.iter().enumerate() {
+            let mut y = [0f32];
+            quant::row_dots::<F>(w, one, &mut y);
+            assert_eq!(y[0].to_bits(), plain[r].to_bits(), "{label}: row {r} alone");
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut paths = Vec::new();
+            if cpu().avx2 && cpu().f16c {
+                let mut y = vec![0f32; rows];
+                // SAFETY: the CPU has the instructions (checked above); `w` holds a row's blocks.
+                unsafe { simd::avx2::q_row_dots::<F>(w, a, &mut y) };
+                paths.push(("avx2", y));
+            }
+            if cpu().avx512 && cpu().vnni && cpu().f16c {
+                let mut y = vec![0f32; rows];
+                // SAFETY: as above.
+                unsafe { simd::avx512::q_row_dots::<F>(w, a, &mut y) };
+                paths.push(("avx512", y));
+            }
+            for (path, y) in paths {
+                assert_eq!(bits(&plain), bits(&y), "{label}: {path}, {rows} rows of {}", a.k);
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|v| v.to_bits()).collect()
+    }
+}
+
+#[test]
+fn stacked_and_reordered_quantized_rows_are_read_where_they_lie() {
+    for_each_format(|blocks, format, label| {
+        let (k, rows) = (64, 3);
+        let (first, second) = (blocks(5 * k / quant::QK, 70), blocks(4 * k / quant::QK, 71));
+        let x = data(rows * k, 72);
+        let order = [2u32, 0, 3, 1];
+        let parts = [
+            QuantMatrix { bytes: &first, format, rows: 5, k, order: None },
+            QuantMatrix { bytes: &second, format, rows: 4, k, order: Some(&order) },
+        ];
+        let y = quant_linear(&parts, None, &x, rows);
+        let alone =
+            |bytes: &[u8], n| quant_linear(&[QuantMatrix { bytes, format, rows: n, k, order: None }], None, &x, rows);
+        let (a, b) = (alone(&first, 5), alone(&second, 4));
+        for r in 0..rows {
+            assert_eq!(y[r * 9..r * 9 + 5], a[r * 5..r * 5 + 5], "{label}: row {r}, first part");
+            for (j, o) in order.iter().enumerate() {
+                assert_eq!(y[r * 9 + 5 + j], b[r * 4 + *o as usize], "{label}: row {r}, output {j} of the second");
+            }
+        }
+    });
 }

@@ -2,6 +2,7 @@
 //! and panels in groups of two activation rows. [`super::avx512`] ends its rows through
 //! [`end`], so both reduce each output the same way.
 
+use super::super::quant::{Q8Rows, QBlock, QK};
 use super::super::Weight;
 use super::{prefetch, prefetch_panel, rows_at, PANEL};
 use half::{bf16, f16};
@@ -164,3 +165,113 @@ macro_rules! entry_points {
 entry_points!(block_f32, panel_f32, f32, "avx");
 entry_points!(block_f16, panel_f16, f16, "f16c");
 entry_points!(block_bf16, panel_bf16, bf16, "avx");
+
+/// One quantized block's 32 values in value order as bytes (signed, or Q4_1's unsigned
+/// nibbles), its scale, and its minimum (Q4_1's; zero otherwise).
+#[inline(always)]
+pub(super) unsafe fn q_unpack<F: QBlock>(b: *const u8) -> (__m256i, f32, f32) {
+    let half = |at: usize| f16::from_bits(std::ptr::read_unaligned(b.add(at).cast::<u16>())).to_f32();
+    let v = match F::NIBBLES {
+        Some(at) => {
+            let x = _mm_loadu_si128(b.add(at).cast::<__m128i>());
+            let low = _mm_and_si128(x, _mm_set1_epi8(0x0f));
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(x), _mm_set1_epi8(0x0f));
+            let v = _mm256_set_m128i(high, low);
+            if F::OFFSET != 0 {
+                _mm256_sub_epi8(v, _mm256_set1_epi8(F::OFFSET))
+            } else {
+                v
+            }
+        }
+        None => _mm256_loadu_si256(b.add(2).cast::<__m256i>()),
+    };
+    (v, half(0), if F::MIN { half(2) } else { 0.0 })
+}
+
+/// The eight exact partials (values `4l..4l+4` each) of a block's values `v` against 32
+/// activation bytes `qa`: signed values as magnitudes times the activations with their signs,
+/// pairs summed in 16 bits (at most 2·128·127, no saturation) and then in fours.
+#[inline(always)]
+pub(super) unsafe fn q_partials<F: QBlock>(v: __m256i, qa: __m256i) -> __m256i {
+    let pairs = if F::SIGNED {
+        _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(qa, v))
+    } else {
+        _mm256_maddubs_epi16(v, qa)
+    };
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
+/// Eight lanes summed in [`super::super::quant::reduce8`]'s order.
+#[inline(always)]
+pub(super) unsafe fn q_reduce(l: __m256) -> f32 {
+    let q = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps::<1>(l));
+    let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps::<1>(p, p)))
+}
+
+/// Block `b` of weight row `w` into accumulators `acc` (one per activation row from `first`)
+/// and the minimum sums `min`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn q_step<F: QBlock, const R: usize>(
+    w: *const u8,
+    a: &Q8Rows,
+    first: usize,
+    b: usize,
+    acc: &mut [__m256; R],
+    min: &mut [f32; R],
+) {
+    let nb = a.blocks_per_row();
+    let (v, d, m) = q_unpack::<F>(w.add(b * F::BYTES));
+    for r in 0..R {
+        let at = (first + r) * nb + b;
+        let qa = _mm256_loadu_si256(a.qs.as_ptr().add(at * QK).cast::<__m256i>());
+        let p = _mm256_cvtepi32_ps(q_partials::<F>(v, qa));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * *a.d.get_unchecked(at)), p, acc[r]);
+        if F::MIN {
+            min[r] = m.mul_add(*a.s.get_unchecked(at), min[r]);
+        }
+    }
+}
+
+/// Weight row `w` against activation rows `first..first + R`: even blocks into one
+/// accumulator per row, odd ones into another.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn q_dots<F: QBlock, const R: usize>(w: *const u8, a: &Q8Rows, first: usize) -> [f32; R] {
+    let nb = a.blocks_per_row();
+    let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+    let mut min = [0f32; R];
+    let mut b = 0;
+    while b + 2 <= nb {
+        q_step::<F, R>(w, a, first, b, &mut even, &mut min);
+        q_step::<F, R>(w, a, first, b + 1, &mut odd, &mut min);
+        b += 2;
+    }
+    if b < nb {
+        q_step::<F, R>(w, a, first, b, &mut even, &mut min);
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let sum = q_reduce(_mm256_add_ps(even[r], odd[r]));
+        out[r] = if F::MIN { sum + min[r] } else { sum };
+    }
+    out
+}
+
+/// [`quant::row_dots`] in 256-bit vectors: the activation rows in groups of four, then the rest.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::kernel) unsafe fn q_row_dots<F: QBlock>(w: &[u8], a: &Q8Rows, out: &mut [f32]) {
+    let (rows, w) = (out.len(), w.as_ptr());
+    let mut r = 0;
+    while r + 4 <= rows {
+        out[r..r + 4].copy_from_slice(&q_dots::<F, 4>(w, a, r));
+        r += 4;
+    }
+    match rows - r {
+        1 => out[r..].copy_from_slice(&q_dots::<F, 1>(w, a, r)),
+        2 => out[r..].copy_from_slice(&q_dots::<F, 2>(w, a, r)),
+        3 => out[r..].copy_from_slice(&q_dots::<F, 3>(w, a, r)),
+        _ => {}
+    }
+}

@@ -2,6 +2,7 @@
 //! [`super::avx2`] in 512-bit vectors, each lane doing the arithmetic its 256-bit counterpart
 //! does, so both give the same bits; and the screen's exact integer products.
 
+use super::super::quant::{Q8Rows, QBlock, QK};
 use super::super::Weight;
 use super::{avx2, prefetch, prefetch_panel, rows_at, PANEL};
 use half::{bf16, f16};
@@ -284,3 +285,98 @@ macro_rules! entry_points {
 entry_points!(block_f32, panel_f32, f32, "avx");
 entry_points!(block_f16, panel_f16, f16, "f16c");
 entry_points!(block_bf16, panel_bf16, bf16, "avx");
+
+/// [`avx2`]'s quantized blocks two at a time: blocks `b` and `b + 1` side by side (lanes 0-7
+/// the even block's accumulator, 8-15 the odd one's), each block's exact partials from one
+/// VNNI instruction (four unsigned-by-signed byte products summed into each 32-bit lane).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn q_pair<F: QBlock, const R: usize>(
+    w: *const u8,
+    a: &Q8Rows,
+    first: usize,
+    b: usize,
+    acc: &mut [__m512; R],
+    min: &mut [f32; R],
+) {
+    let nb = a.blocks_per_row();
+    let (v0, d0, m0) = avx2::q_unpack::<F>(w.add(b * F::BYTES));
+    let (v1, d1, m1) = avx2::q_unpack::<F>(w.add((b + 1) * F::BYTES));
+    let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v0), v1);
+    let (unsigned, negative) = if F::SIGNED { (_mm512_abs_epi8(v), _mm512_movepi8_mask(v)) } else { (v, 0) };
+    for r in 0..R {
+        let at = (first + r) * nb + b;
+        let qa = _mm512_loadu_si512(a.qs.as_ptr().add(at * QK).cast());
+        let signed = if F::SIGNED { _mm512_mask_sub_epi8(qa, negative, _mm512_setzero_si512(), qa) } else { qa };
+        let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned, signed));
+        let (da, db) = (*a.d.get_unchecked(at), *a.d.get_unchecked(at + 1));
+        let scale = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(d0 * da))),
+            _mm256_castps_pd(_mm256_set1_ps(d1 * db)),
+        ));
+        acc[r] = _mm512_fmadd_ps(scale, p, acc[r]);
+        if F::MIN {
+            min[r] = m0.mul_add(*a.s.get_unchecked(at), min[r]);
+            min[r] = m1.mul_add(*a.s.get_unchecked(at + 1), min[r]);
+        }
+    }
+}
+
+/// Weight row `w` against activation rows `first..first + R`, in [`super::super::quant`]'s
+/// order: pairs of blocks, then a last odd block into the even accumulator.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn q_dots<F: QBlock, const R: usize>(w: *const u8, a: &Q8Rows, first: usize) -> [f32; R] {
+    let nb = a.blocks_per_row();
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut min = [0f32; R];
+    let mut b = 0;
+    while b + 2 <= nb {
+        q_pair::<F, R>(w, a, first, b, &mut acc, &mut min);
+        b += 2;
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let (mut even, odd) = (
+            _mm256_castpd_ps(_mm512_castpd512_pd256(_mm512_castps_pd(acc[r]))),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[r]))),
+        );
+        let mut m = min[r];
+        if b < nb {
+            let (v, d, mb) = avx2::q_unpack::<F>(w.add(b * F::BYTES));
+            let at = (first + r) * nb + b;
+            let qa = _mm256_loadu_si256(a.qs.as_ptr().add(at * QK).cast());
+            let p = _mm256_cvtepi32_ps(avx2::q_partials::<F>(v, qa));
+            even = _mm256_fmadd_ps(_mm256_set1_ps(d * *a.d.get_unchecked(at)), p, even);
+            if F::MIN {
+                m = mb.mul_add(*a.s.get_unchecked(at), m);
+            }
+        }
+        let sum = avx2::q_reduce(_mm256_add_ps(even, odd));
+        out[r] = if F::MIN { sum + m } else { sum };
+    }
+    out
+}
+
+/// [`super::super::quant::row_dots`] in 512-bit vectors: the activation rows in groups of
+/// eight, then the rest.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(in crate::kernel) unsafe fn q_row_dots<F: QBlock>(w: &[u8], a: &Q8Rows, out: &mut [f32]) {
+    let (rows, w) = (out.len(), w.as_ptr());
+    let mut r = 0;
+    while r + 8 <= rows {
+        out[r..r + 8].copy_from_slice(&q_dots::<F, 8>(w, a, r));
+        r += 8;
+    }
+    let left = rows - r;
+    if left >= 4 {
+        out[r..r + 4].copy_from_slice(&q_dots::<F, 4>(w, a, r));
+        r += 4;
+    }
+    match rows - r {
+        1 => out[r..].copy_from_slice(&q_dots::<F, 1>(w, a, r)),
+        2 => out[r..].copy_from_slice(&q_dots::<F, 2>(w, a, r)),
+        3 => out[r..].copy_from_slice(&q_dots::<F, 3>(w, a, r)),
+        _ => {}
+    }
+}
