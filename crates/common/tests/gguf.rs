@@ -21,7 +21,16 @@ fn exports_read_back_with_their_weights_and_metadata() {
     let dir = support::tiny_dir();
     let source = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    for (ty, tolerance) in [(WeightType::F32, 0.0), (WeightType::F16, 2e-3), (WeightType::Q8_0, 2e-2)] {
+    // A 4-bit value is off by at most half a step (a thirtieth of its block's range, Q4_1), or
+    // by a whole one at the clamped end of Q4_0's scale (an eighth of its block's magnitude).
+    let types = [
+        (WeightType::F32, 0.0),
+        (WeightType::F16, 2e-3),
+        (WeightType::Q8_0, 2e-2),
+        (WeightType::Q4_0, 0.13),
+        (WeightType::Q4_1, 7e-2),
+    ];
+    for (ty, tolerance) in types {
         let out = tmp.path().join(format!("tiny-{ty:?}.gguf"));
         let exported = export(&dir, &out, ty).unwrap();
         assert_eq!(exported.tensors, 2 + 3 * 12);
@@ -48,8 +57,10 @@ fn exports_read_back_with_their_weights_and_metadata() {
             let expected_type = match (ty, original.rank()) {
                 (_, 1) | (WeightType::F32, _) => GgmlDType::F32,
                 (WeightType::F16, _) => GgmlDType::F16,
-                (WeightType::Q8_0, _) if original.dims()[1] % 32 == 0 => GgmlDType::Q8_0,
-                (WeightType::Q8_0, _) => GgmlDType::F16,
+                (_, _) if original.dims()[1] % 32 != 0 => GgmlDType::F16,
+                (WeightType::Q8_0, _) => GgmlDType::Q8_0,
+                (WeightType::Q4_0, _) => GgmlDType::Q4_0,
+                (WeightType::Q4_1, _) => GgmlDType::Q4_1,
             };
             assert_eq!(info.ggml_dtype, expected_type, "{name}");
             let back = content.tensor(&mut file, &name, &Device::Cpu).unwrap().dequantize(&Device::Cpu).unwrap();
@@ -57,7 +68,7 @@ fn exports_read_back_with_their_weights_and_metadata() {
             let scale = original.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             assert!(max_abs_diff(&back, &original) <= tolerance * scale.max(1.0), "{name} {ty:?}");
         }
-        if ty == WeightType::Q8_0 {
+        if matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1) {
             assert_eq!(exported.fallbacks.len(), 3, "ffn_down rows of 176 do not split into 32-value blocks");
         }
         // Never over an existing file.
@@ -258,4 +269,35 @@ fn an_unpinned_gguf_file_is_recorded_by_its_digest() {
     assert_eq!(resolved.files[0].path, "tiny-f32.gguf");
     let (size, digest) = common::digest::file_digest(&file, common::digest::Algorithm::Sha256).unwrap();
     assert_eq!((resolved.files[0].size, &resolved.files[0].digest), (size, &digest));
+}
+
+#[test]
+fn native_weights_compute_on_a_quantized_files_blocks_close_to_their_f32_values() {
+    use common::load::LoadedModel;
+    use common::qwen::WeightDtype;
+    let tmp = tempfile::tempdir().unwrap();
+    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+        let file = tmp.path().join(format!("tiny-{ty:?}.gguf"));
+        export(&support::tiny_dir(), &file, ty).unwrap();
+        let native = LoadedModel::load_as(&file, WeightDtype::Native).unwrap();
+        let widened = LoadedModel::load_as(&file, WeightDtype::F32).unwrap();
+        assert!(native.model.weight_bytes() < widened.model.weight_bytes(), "{ty:?}: native holds the blocks");
+        let (_, ids) = native.encode_user_prompt(PROMPT).unwrap();
+        let logits = |m: &LoadedModel, ids: &[u32]| {
+            let mut cache = m.model.new_cache(64).unwrap();
+            m.model.forward(&mut cache, ids).unwrap().to_vec1::<f32>().unwrap()
+        };
+        let (a, b) = (logits(&native, &ids), logits(&widened, &ids));
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(&b).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        // Only the activations' rounding to 8-bit blocks differs.
+        assert!(worst <= 0.1 * scale, "{ty:?}: logits off by {worst} of {scale}");
+        // A prompt prefilled in two chunks gives the bits of one pass.
+        let mut cache = native.model.new_cache(64).unwrap();
+        native.model.forward(&mut cache, &ids[..5]).unwrap();
+        let chunked = native.model.forward(&mut cache, &ids[5..]).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(chunked, a, "{ty:?}: chunked prefill");
+    }
+    let err = LoadedModel::load_as(&support::tiny_dir(), WeightDtype::Native).err().unwrap().to_string();
+    assert!(err.contains("--dtype f32, f16 or bf16"), "{err}");
 }

@@ -19,19 +19,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The weight types a file may hold.
-const TYPES: [GgmlDType; 9] = [
-    GgmlDType::F32,
-    GgmlDType::F16,
-    GgmlDType::BF16,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-];
-
 /// The longest context a file may declare: 2M positions (a rotary table of a gigabyte at most).
 const MAX_CONTEXT: usize = 1 << 21;
 
@@ -266,7 +253,7 @@ pub(crate) fn read(path: &Path, shown: &str) -> Result<GgufModel, GgufError> {
     for name in names {
         let info = &content.tensor_infos[name];
         let problem = |problem: String| GgufError::Tensor { file: shown.into(), name: name.clone(), problem };
-        if !TYPES.contains(&info.ggml_dtype) {
+        if !crate::weights::loads(info.ggml_dtype) {
             return Err(GgufError::Type { file: shown.into(), name: name.clone(), ty: info.ggml_dtype });
         }
         // Rotary tables some converters store are recomputed by the forward.

@@ -44,6 +44,10 @@ pub enum LoadError {
     GgufWeights { file: String, cause: String },
     #[error("{file}: no tokenizer.chat_template; this engine renders prompts with the model's own template")]
     NoTemplate { file: String },
+    #[error(
+        "{dir}: a checkpoint folder has no block types to run natively; pass --dtype f32, f16 or bf16, or a .gguf file"
+    )]
+    NativeCheckpoint { dir: String },
     #[error("{dir}: holds {count} .gguf files and no config.json; pass the one to run")]
     Ambiguous { dir: String, count: usize },
 }
@@ -198,6 +202,9 @@ impl LoadedModel {
     }
 
     fn load_checkpoint(dir: &Path, dtype: WeightDtype) -> Result<Self, LoadError> {
+        if dtype == WeightDtype::Native {
+            return Err(LoadError::NativeCheckpoint { dir: dir.display().to_string() });
+        }
         let config_bytes = read(dir, "config.json")?;
         let config = parse_config(&config_bytes)?;
         let generation = match read(dir, "generation_config.json") {
@@ -218,7 +225,7 @@ impl LoadedModel {
         // under a running experiment would invalidate its results anyway.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DTYPE, &device) }
             .map_err(|e| LoadError::Weights(e.to_string()))?;
-        let model = Arc::new(Qwen2::load(&config, vb, dtype).map_err(|e| LoadError::Weights(e.to_string()))?);
+        let model = Arc::new(Qwen2::load_from(&config, &vb, dtype).map_err(|e| LoadError::Weights(e.to_string()))?);
         Ok(LoadedModel {
             dir: dir.to_path_buf(),
             format: Format::Safetensors,

@@ -23,7 +23,6 @@ use crate::greedy::{self, Screen};
 use crate::weights::{self, Matrix, Weights};
 use crate::{kernel, memory};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor};
-use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2::Config;
 
 pub use supply::weights::WeightDtype;
@@ -42,7 +41,7 @@ const SLICE_ROWS: usize = 256;
 /// The candle dtype weights are held in.
 fn candle_dtype(w: WeightDtype) -> DType {
     match w {
-        WeightDtype::F32 => DType::F32,
+        WeightDtype::F32 | WeightDtype::Native => DType::F32,
         WeightDtype::F16 => DType::F16,
         WeightDtype::Bf16 => DType::BF16,
     }
@@ -83,6 +82,11 @@ pub fn arithmetic(dtype: WeightDtype) -> &'static str {
             "bf16 weights; the layers' products are bf16 dot products (activations rounded to bf16, f32 \
              accumulation); head, attention and KV cache in f32"
         }
+        WeightDtype::Native => {
+            "native: q8_0, q4_0 and q4_1 matrices read in place, each block an exact integer dot product \
+             with the activations quantized to 8-bit blocks of 32 (f32 scale per block), f32 accumulation; \
+             other types widened to f32 at load; norms, attention and KV cache in f32"
+        }
     }
 }
 
@@ -100,21 +104,33 @@ impl StepBytes {
     }
 }
 
-/// A linear layer: weight `out × in` in `layout`, bias kept in F32.
+/// A linear layer, bias kept in F32.
 struct Proj {
-    /// Row-major `out × in`, or its values in panels as one flat `out·in` vector.
-    w: Tensor,
-    layout: kernel::Layout,
+    w: Stored,
     bias: Option<Vec<f32>>,
     out: usize,
-    /// For the head: the quantized copy that finds greedy ids without every logit.
-    screen: Option<Screen>,
+}
+
+/// How a projection's weights are held.
+enum Stored {
+    /// In memory in `layout`: row-major `out × in`, or its values in panels as one flat
+    /// `out·in` vector.
+    Dense {
+        w: Tensor,
+        layout: kernel::Layout,
+        /// For the head: the quantized copy that finds greedy ids without every logit.
+        screen: Option<Screen>,
+    },
+    /// A GGUF file's blocks (its parts stacked), read where they lie in its map.
+    Blocks(Vec<weights::Blocks>),
 }
 
 impl Proj {
     /// The matrices `parts` stacked (their rows in order, as one `out × in` matrix), stored in
     /// `dtype`, in panels when `panels` (the layers' projections: [`kernel::Layout`] says why)
-    /// or as rows (the head, whose rows are also looked up and screened one by one).
+    /// or as rows (the head, whose rows are also looked up and screened one by one). For
+    /// [`WeightDtype::Native`], parts all in a block format the products read are kept where
+    /// they lie in the file; any others are laid out in F32.
     ///
     /// F32 matrices are laid out where they will live, straight from the parts' rows
     /// ([`crate::weights`] says why). BF16 panels pair their inputs (when there is an even
@@ -132,6 +148,15 @@ impl Proj {
             candle_core::bail!("a projection's parts must share a positive width")
         }
         let out: usize = parts.iter().map(|p| p.dims().0).sum();
+        if dtype == WeightDtype::Native {
+            let blocks: Option<Vec<weights::Blocks>> = parts.iter().map(|p| p.blocks().cloned()).collect();
+            if let Some(blocks) = blocks.filter(|b| {
+                let format = b[0].quant().map(|q| q.format);
+                format.is_some() && b.iter().all(|b| b.quant().map(|q| q.format) == format)
+            }) {
+                return Ok(Proj { w: Stored::Blocks(blocks), bias, out });
+            }
+        }
         let layout = match (panels, dtype) {
             (true, WeightDtype::Bf16) if k.is_multiple_of(2) => kernel::Layout::paired_panels(k),
             (true, _) => kernel::Layout::panels(k),
@@ -139,7 +164,9 @@ impl Proj {
         };
         let fill = |first: usize, rows: &mut [f32]| weights::fill_stacked(parts, first, rows);
         let w = match dtype {
-            WeightDtype::F32 => memory::filled_on_huge_pages(out * k, device, |data| layout.fill_into(data, fill))?,
+            WeightDtype::F32 | WeightDtype::Native => {
+                memory::filled_on_huge_pages(out * k, device, |data| layout.fill_into(data, fill))?
+            }
             _ => {
                 let mut laid = vec![0f32; out * k];
                 layout.fill_into(&mut laid, fill);
@@ -147,15 +174,26 @@ impl Proj {
             }
         };
         let w = if panels { w } else { w.reshape((out, k))? };
-        Ok(Proj { w, layout, bias, out, screen: None })
+        Ok(Proj { w: Stored::Dense { w, layout, screen: None }, bias, out })
     }
 
-    /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite).
+    /// This projection with a [`Screen`] for [`Self::greedy`] (none when a weight is not finite,
+    /// or when the weights are blocks: their product reads as few bytes as a screen would).
     fn screened(mut self) -> Result<Self> {
         assert!(self.bias.is_none(), "a screen bounds products without bias");
-        let k = self.w.dim(1)?;
-        self.screen = with_weights!(self.w, |w| Screen::new(w, k));
+        if let Stored::Dense { w, screen, .. } = &mut self.w {
+            let k = w.dim(1)?;
+            *screen = with_weights!(w, |w| Screen::new(w, k));
+        }
         Ok(self)
+    }
+
+    /// The dense weights, when they are.
+    fn dense(&self) -> Option<&Tensor> {
+        match &self.w {
+            Stored::Dense { w, .. } => Some(w),
+            Stored::Blocks(_) => None,
+        }
     }
 
     /// `x` is `rows × in` (F32); returns `rows × out`.
@@ -166,7 +204,20 @@ impl Proj {
     /// [`Self::forward`]'s values, row-major, for a caller that works on them directly.
     fn outputs(&self, x: &Tensor) -> Result<Vec<f32>> {
         let (rows, x) = (x.dim(0)?, x.flatten_all()?.to_vec1::<f32>()?);
-        with_weights!(self.w, |w| Ok(kernel::linear(w, self.layout, self.bias.as_deref(), &x, rows)))
+        self.products(&x, rows)
+    }
+
+    /// The products of `rows` rows `x` (row-major), with the bias.
+    fn products(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        match &self.w {
+            Stored::Dense { w, layout, .. } => {
+                with_weights!(w, |w| Ok(kernel::linear(w, *layout, self.bias.as_deref(), x, rows)))
+            }
+            Stored::Blocks(parts) => {
+                let parts: Vec<kernel::QuantMatrix<'_>> = parts.iter().filter_map(weights::Blocks::quant).collect();
+                Ok(kernel::quant_linear(&parts, self.bias.as_deref(), x, rows))
+            }
+        }
     }
 
     /// For each row of `x` (`rows × in`, F32), the first index of the largest output: through
@@ -174,14 +225,19 @@ impl Proj {
     fn greedy(&self, x: &Tensor) -> Result<Vec<u32>> {
         let (rows, k) = x.dims2()?;
         let x = x.flatten_all()?.to_vec1::<f32>()?;
-        with_weights!(self.w, |w| {
-            let screened = match &self.screen {
-                Some(screen) => screen.argmax(w, &x),
-                None => vec![None; rows],
-            };
-            let full = |x: &[f32]| greedy::argmax(&kernel::linear(w, self.layout, self.bias.as_deref(), x, 1));
-            Ok(screened.into_iter().zip(x.chunks_exact(k)).map(|(id, x)| id.unwrap_or_else(|| full(x))).collect())
-        })
+        let screened = match &self.w {
+            Stored::Dense { w, screen: Some(screen), .. } => with_weights!(w, |w| screen.argmax(w, &x)),
+            _ => vec![None; rows],
+        };
+        if screened.iter().all(Option::is_none) {
+            let all = self.products(&x, rows)?;
+            return Ok(all.chunks_exact(self.out).map(greedy::argmax).collect());
+        }
+        screened
+            .into_iter()
+            .zip(x.chunks_exact(k))
+            .map(|(id, x)| id.map_or_else(|| Ok(greedy::argmax(&self.products(x, 1)?)), Ok))
+            .collect()
     }
 
     /// For each row of `x`, the outputs that could be among its `n` largest (ties included),
@@ -190,26 +246,68 @@ impl Proj {
     fn top(&self, x: &Tensor, n: usize) -> Result<Vec<Vec<(u32, f32)>>> {
         let (rows, k) = x.dims2()?;
         let x = x.flatten_all()?.to_vec1::<f32>()?;
-        with_weights!(self.w, |w| {
-            let screened = match &self.screen {
-                Some(screen) => screen.top(w, &x, n),
-                None => vec![None; rows],
-            };
-            let full = |x: &[f32]| kernel::linear(w, self.layout, self.bias.as_deref(), x, 1);
-            Ok(screened
-                .into_iter()
-                .zip(x.chunks_exact(k))
-                .map(|(top, x)| match top {
-                    Some((ids, exact)) => ids.into_iter().map(|j| j as u32).zip(exact).collect(),
-                    None => (0..).zip(full(x)).collect(),
-                })
-                .collect())
-        })
+        let screened = match &self.w {
+            Stored::Dense { w, screen: Some(screen), .. } => with_weights!(w, |w| screen.top(w, &x, n)),
+            _ => vec![None; rows],
+        };
+        screened
+            .into_iter()
+            .zip(x.chunks_exact(k))
+            .map(|(top, x)| match top {
+                Some((ids, exact)) => Ok(ids.into_iter().map(|j| j as u32).zip(exact).collect()),
+                None => Ok((0..).zip(self.products(x, 1)?).collect()),
+            })
+            .collect()
     }
 
-    /// Bytes of the weights (not the screen's copy).
+    /// Bytes of the weights as held (not the screen's copy; a file's blocks as stored).
     fn bytes(&self) -> usize {
-        self.w.elem_count() * self.w.dtype().size_in_bytes()
+        match &self.w {
+            Stored::Dense { w, .. } => w.elem_count() * w.dtype().size_in_bytes(),
+            Stored::Blocks(parts) => parts.iter().map(weights::Blocks::bytes).sum(),
+        }
+    }
+
+    /// Bytes a greedy step reads of this projection: its screen's where it has one.
+    fn greedy_bytes(&self) -> usize {
+        match &self.w {
+            Stored::Dense { screen: Some(screen), .. } => screen.bytes(),
+            _ => self.bytes(),
+        }
+    }
+}
+
+/// The token embeddings: a tensor, or a GGUF matrix whose rows are dequantized as they are
+/// looked up.
+enum Embedding {
+    Tensor(Tensor),
+    Rows(Matrix),
+}
+
+impl Embedding {
+    /// The rows of `ids`, `ids × hidden` in F32.
+    fn lookup(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        match self {
+            Embedding::Tensor(t) => t.index_select(&Tensor::new(ids, device)?, 0)?.to_dtype(DType::F32),
+            Embedding::Rows(m) => {
+                let (vocab, hidden) = m.dims();
+                let mut x = vec![0f32; ids.len() * hidden];
+                for (id, row) in ids.iter().zip(x.chunks_exact_mut(hidden)) {
+                    if *id as usize >= vocab {
+                        candle_core::bail!("token id {id} is past the vocabulary of {vocab}")
+                    }
+                    m.fill(*id as usize, row);
+                }
+                Tensor::from_vec(x, (ids.len(), hidden), device)
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Embedding::Tensor(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Embedding::Rows(m) => m.blocks().map_or(0, weights::Blocks::bytes),
+        }
     }
 }
 
@@ -250,8 +348,8 @@ pub enum Next {
 
 /// The shared, read-only model.
 pub struct Qwen2 {
-    /// Token embeddings, `vocab × hidden`, in the weight dtype.
-    embed: Tensor,
+    /// Token embeddings, `vocab × hidden`, in the weight dtype (or the file's blocks).
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Proj,
@@ -271,11 +369,6 @@ pub struct Qwen2 {
 }
 
 impl Qwen2 {
-    /// Loads the weights from `vb` (a checkpoint's, F32) and stores the matrices in `dtype`.
-    pub fn load(cfg: &Config, vb: VarBuilder, dtype: WeightDtype) -> Result<Self> {
-        Self::load_from(cfg, &vb, dtype)
-    }
-
     /// Loads the weights from `weights` (found by their Hugging Face names; shapes are checked
     /// here, so a wrong checkpoint fails at load, not mid-run) and stores the matrices in `dtype`.
     pub(crate) fn load_from(cfg: &Config, weights: &impl Weights, dtype: WeightDtype) -> Result<Self> {
@@ -320,11 +413,14 @@ impl Qwen2 {
         let tied = !weights.contains("lm_head.weight");
         let head = if tied { embed.clone() } else { matrix("lm_head", cfg.vocab_size, h)? };
         let lm_head = Proj::new(&[head], None, dtype, false, &device)?.screened()?;
-        // Tied embeddings share the head's (possibly converted) storage.
-        let embed = if tied {
-            lm_head.w.clone()
-        } else {
-            Tensor::from_vec(embed.to_vec(), (cfg.vocab_size, h), &device)?.to_dtype(candle_dtype(dtype))?
+        // Tied embeddings share the head's (possibly converted) storage; a native file's
+        // blocks are looked up in place.
+        let embed = match (tied, lm_head.dense()) {
+            (true, Some(w)) => Embedding::Tensor(w.clone()),
+            (_, _) if dtype == WeightDtype::Native && embed.blocks().is_some() => Embedding::Rows(embed),
+            (_, _) => Embedding::Tensor(
+                Tensor::from_vec(embed.to_vec(), (cfg.vocab_size, h), &device)?.to_dtype(candle_dtype(dtype))?,
+            ),
         };
         // The rotary tables as candle-transformers computes them (same values, same ids).
         let inv_freq: Vec<f32> =
@@ -361,7 +457,7 @@ impl Qwen2 {
     /// Bytes of the weight matrices as held in memory (the embedding counted once when tied).
     pub fn weight_bytes(&self) -> usize {
         let layers = self.layer_bytes();
-        let embed = if self.tied { 0 } else { self.embed.elem_count() * self.embed.dtype().size_in_bytes() };
+        let embed = if self.tied { 0 } else { self.embed.bytes() };
         layers + self.lm_head.bytes() + embed
     }
 
@@ -376,7 +472,7 @@ impl Qwen2 {
     /// Norms, biases and activations are kilobytes and left out.
     pub fn decode_step_bytes(&self, context: usize) -> StepBytes {
         let layers = self.layer_bytes();
-        let head = self.lm_head.screen.as_ref().map_or_else(|| self.lm_head.bytes(), Screen::bytes);
+        let head = self.lm_head.greedy_bytes();
         let kv = context.saturating_mul(self.position_bytes());
         StepBytes { layers, head, kv }
     }
@@ -568,8 +664,7 @@ impl Qwen2 {
         }
         let rows = positions.len();
         let all_ids: Vec<u32> = items.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
-        let mut x =
-            self.embed.index_select(&Tensor::new(all_ids.as_slice(), &self.device)?, 0)?.to_dtype(DType::F32)?;
+        let mut x = self.embed.lookup(&all_ids, &self.device)?;
         let positions = Tensor::new(positions.as_slice(), &self.device)?;
         let (cos, sin) = (self.cos.index_select(&positions, 0)?, self.sin.index_select(&positions, 0)?);
         let (q_width, kv_width) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);

@@ -7,6 +7,7 @@
 //! GGUF load went to the kernel zeroing those pages. A [`Matrix`] gives its rows a panel at a
 //! time instead, dequantized from the file's blocks, so only the panels are new memory.
 
+use crate::kernel;
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::quantized::GgmlDType;
 use candle_core::{CpuStorage, Result, Storage, Tensor};
@@ -34,6 +35,11 @@ pub(crate) struct Blocks {
     cols: usize,
     row_bytes: usize,
     dequantize: Dequantize,
+    /// The block format the products read in place ([`crate::kernel::quant_linear`]), when
+    /// they read this type.
+    format: Option<kernel::Format>,
+    /// For rows in rotary order: the stored row of each row in the checkpoint's order.
+    order: Option<Arc<[u32]>>,
     /// Llama's q and k rows are stored in the order of llama.cpp's rotary embedding, which
     /// pairs adjacent dimensions, where the forward rotates half against half: the head width
     /// when this matrix's rows are in that order (read back by index: [`rotary_source`]).
@@ -73,7 +79,36 @@ impl Blocks {
         let Some((start, _)) = end else {
             return Err(format!("runs past the end of the file ({} bytes)", map.len()));
         };
-        Ok(Blocks { map, start, rows, cols, row_bytes, dequantize, rotary_head })
+        let format = match ty {
+            GgmlDType::Q8_0 => Some(kernel::Format::Q8_0),
+            GgmlDType::Q4_0 => Some(kernel::Format::Q4_0),
+            GgmlDType::Q4_1 => Some(kernel::Format::Q4_1),
+            _ => None,
+        };
+        let order = match (format, rotary_head) {
+            (Some(_), Some(d)) => u32::try_from(rows)
+                .map(|n| (0..n).map(|r| rotary_source(r as usize, d) as u32).collect())
+                .map(Some)
+                .map_err(|_| format!("has {rows} rows, too many"))?,
+            _ => None,
+        };
+        Ok(Blocks { map, start, rows, cols, row_bytes, dequantize, format, order, rotary_head })
+    }
+
+    /// The blocks as the products read them in place: `None` for a type they do not read.
+    pub(crate) fn quant(&self) -> Option<kernel::QuantMatrix<'_>> {
+        Some(kernel::QuantMatrix {
+            bytes: &self.map[self.start..self.start + self.rows * self.row_bytes],
+            format: self.format?,
+            rows: self.rows,
+            k: self.cols,
+            order: self.order.as_deref(),
+        })
+    }
+
+    /// Bytes of the blocks in the file.
+    pub(crate) fn bytes(&self) -> usize {
+        self.rows * self.row_bytes
     }
 }
 
@@ -96,8 +131,16 @@ impl Matrix {
         }
     }
 
+    /// The GGUF blocks this matrix is read from, if it is.
+    pub(crate) fn blocks(&self) -> Option<&Blocks> {
+        match self {
+            Matrix::Tensor(_) => None,
+            Matrix::Gguf(b) => Some(b),
+        }
+    }
+
     /// Rows `first..` into `out` (whole rows, within the matrix).
-    fn fill(&self, first: usize, out: &mut [f32]) {
+    pub(crate) fn fill(&self, first: usize, out: &mut [f32]) {
         match self {
             Matrix::Tensor(t) => {
                 let (storage, layout) = t.storage_and_layout();
@@ -156,6 +199,11 @@ pub(crate) fn rotary_source(r: usize, d: usize) -> usize {
     head * d + 2 * i + s
 }
 
+/// Whether this engine loads tensors of type `ty`.
+pub(crate) fn loads(ty: GgmlDType) -> bool {
+    dequantizer(ty).is_some()
+}
+
 /// The dequantization of a type's blocks, for the types this engine loads.
 fn dequantizer(ty: GgmlDType) -> Option<Dequantize> {
     Some(match ty {
@@ -194,7 +242,7 @@ fn blocks<B: GgmlType>(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Where [`crate::qwen::Qwen2::load`] finds its weights, by their Hugging Face names.
+/// Where `crate::qwen::Qwen2::load_from` finds its weights, by their Hugging Face names.
 pub(crate) trait Weights {
     /// The matrix `name`, which must be `rows × cols`.
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix>;

@@ -27,7 +27,8 @@ pub struct ServeArgs {
     /// Never download a model.
     #[arg(long)]
     pub offline: bool,
-    /// Weight matrices in f32 (the checkpoint exactly), or f16 / bf16 (half the bytes per step).
+    /// Weight matrices in f32 (the checkpoint exactly), f16 / bf16 (half the bytes per step), or
+    /// native (a GGUF file's Q8_0/Q4_0/Q4_1 blocks computed on where they lie in the file).
     #[arg(long, default_value = "f32", value_parser = common::qwen::WeightDtype::parse)]
     pub dtype: common::qwen::WeightDtype,
     /// Address to bind; anything but loopback exposes the server to the network (a warning says

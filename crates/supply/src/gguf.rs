@@ -1,9 +1,10 @@
-//! Export of a Qwen2 checkpoint folder to GGUF (F32, F16 or Q8_0), so that the identical weights
+//! Export of a Qwen2 checkpoint folder to GGUF (F32, F16, Q8_0, Q4_0 or Q4_1), so that the identical weights
 //! run in llama.cpp and Ollama and engines can be compared on the same numbers.
 //!
 //! Names and metadata follow llama.cpp's `qwen2` architecture. Norms and biases stay F32 (as
-//! llama.cpp's converter keeps them); a matrix whose rows do not split into 32-value Q8_0 blocks
-//! falls back to F16 in a Q8_0 export. The tokenizer goes in as llama.cpp's `gpt2` BPE with
+//! llama.cpp's converter keeps them); every matrix takes the export's type (the embedding and
+//! head too, as llama-quantize's `--pure` writes them; candle's quantizers are ggml's reference
+//! ones), and a matrix whose rows do not split into 32-value blocks falls back to F16. The tokenizer goes in as llama.cpp's `gpt2` BPE with
 //! Qwen2's pre-tokenizer name, with unused placeholder tokens filling any id gap so that the token
 //! list has exactly `vocab_size` entries.
 
@@ -20,6 +21,10 @@ pub enum WeightType {
     F16,
     #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
 }
 
 impl WeightType {
@@ -29,6 +34,19 @@ impl WeightType {
             WeightType::F32 => 0,
             WeightType::F16 => 1,
             WeightType::Q8_0 => 7,
+            WeightType::Q4_0 => 2,
+            WeightType::Q4_1 => 3,
+        }
+    }
+
+    /// The type of every matrix whose rows split into whole blocks (others are kept at F16).
+    fn matrix_type(self) -> GgmlDType {
+        match self {
+            WeightType::F32 => GgmlDType::F32,
+            WeightType::F16 => GgmlDType::F16,
+            WeightType::Q8_0 => GgmlDType::Q8_0,
+            WeightType::Q4_0 => GgmlDType::Q4_0,
+            WeightType::Q4_1 => GgmlDType::Q4_1,
         }
     }
 }
@@ -49,7 +67,7 @@ pub enum GgufError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exported {
     pub tensors: usize,
-    /// Matrices kept at F16 in a Q8_0 export (rows not a multiple of 32).
+    /// Matrices kept at F16 in a quantized export (rows not a multiple of 32).
     pub fallbacks: Vec<String>,
 }
 
@@ -206,12 +224,10 @@ pub fn export(dir: &Path, out: &Path, ty: WeightType) -> Result<Exported, GgufEr
         let tensor_err = |e: candle_core::Error| GgufError::Tensor { name: hf.clone(), cause: e.to_string() };
         let t: Tensor = source[hf].to_dtype(DType::F32).map_err(tensor_err)?;
         let matrix = t.rank() == 2;
-        let dtype = match ty {
+        let dtype = match ty.matrix_type() {
             _ if !matrix => GgmlDType::F32,
-            WeightType::F32 => GgmlDType::F32,
-            WeightType::F16 => GgmlDType::F16,
-            WeightType::Q8_0 if t.dims()[1].is_multiple_of(32) => GgmlDType::Q8_0,
-            WeightType::Q8_0 => {
+            d if t.dims()[1].is_multiple_of(d.block_size()) => d,
+            _ => {
                 fallbacks.push(name.clone());
                 GgmlDType::F16
             }

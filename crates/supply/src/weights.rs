@@ -16,6 +16,10 @@ pub enum WeightDtype {
     /// stored in BF16 (as Qwen2.5's are), whose values it holds bit for bit. The engine's layers
     /// then round their activations to BF16 too, for the BF16 dot product (`engine::qwen::arithmetic`).
     Bf16,
+    /// As a GGUF file stores each matrix: its Q8_0, Q4_0 and Q4_1 blocks computed on where they
+    /// lie in the file, with the activations quantized to 8-bit blocks (`engine::qwen::arithmetic`);
+    /// other types widened to F32 at load. For GGUF files only.
+    Native,
 }
 
 impl WeightDtype {
@@ -24,6 +28,7 @@ impl WeightDtype {
             WeightDtype::F32 => "f32",
             WeightDtype::F16 => "f16",
             WeightDtype::Bf16 => "bf16",
+            WeightDtype::Native => "native",
         }
     }
 
@@ -32,6 +37,7 @@ impl WeightDtype {
             "f32" => Ok(WeightDtype::F32),
             "f16" => Ok(WeightDtype::F16),
             "bf16" => Ok(WeightDtype::Bf16),
+            "native" => Ok(WeightDtype::Native),
             _ => Err(UnknownDtype(name.to_string())),
         }
     }
@@ -39,5 +45,5 @@ impl WeightDtype {
 
 /// A weight type's name that is none of ours.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown weight dtype `{0}`; known: f32, f16, bf16")]
+#[error("unknown weight dtype `{0}`; known: f32, f16, bf16, native (a GGUF file's own block types)")]
 pub struct UnknownDtype(pub String);

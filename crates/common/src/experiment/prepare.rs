@@ -40,7 +40,9 @@ pub struct ModelArgs {
     pub offline: bool,
     /// What to hold the weight matrices in: f32 (the checkpoint exactly, comparable with the
     /// F32 references), or f16 / bf16 (half the bytes per step; F32 activations and
-    /// accumulation; bf16 holds BF16-stored checkpoints exactly). Reduced-precision artifacts go
+    /// accumulation; bf16 holds BF16-stored checkpoints exactly), or native (a GGUF file's
+    /// Q8_0/Q4_0/Q4_1 blocks computed on in place, activations in 8-bit blocks; other types in
+    /// f32). Reduced-precision and native artifacts go
     /// to a separate `<manifest>-<dtype>` folder and record where their ids leave the F32 ones.
     #[arg(long, default_value = "f32", value_parser = WeightDtype::parse)]
     pub dtype: WeightDtype,

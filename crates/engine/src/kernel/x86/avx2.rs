@@ -4,7 +4,7 @@
 
 use super::super::quant::{Q8Rows, QBlock, QK};
 use super::super::Weight;
-use super::{prefetch, prefetch_panel, rows_at, PANEL};
+use super::{prefetch, prefetch_panel, prefetch_row, rows_at, PANEL};
 use half::{bf16, f16};
 use std::arch::x86_64::*;
 
@@ -262,6 +262,7 @@ unsafe fn q_dots<F: QBlock, const R: usize>(w: *const u8, a: &Q8Rows, first: usi
 /// [`quant::row_dots`] in 256-bit vectors: the activation rows in groups of four, then the rest.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(in crate::kernel) unsafe fn q_row_dots<F: QBlock>(w: &[u8], a: &Q8Rows, out: &mut [f32]) {
+    prefetch_row(w);
     let (rows, w) = (out.len(), w.as_ptr());
     let mut r = 0;
     while r + 4 <= rows {

@@ -4,7 +4,7 @@
 
 use super::super::quant::{Q8Rows, QBlock, QK};
 use super::super::Weight;
-use super::{avx2, prefetch, prefetch_panel, rows_at, PANEL};
+use super::{avx2, prefetch, prefetch_panel, prefetch_row, rows_at, PANEL};
 use half::{bf16, f16};
 use std::arch::x86_64::*;
 
@@ -362,6 +362,7 @@ unsafe fn q_dots<F: QBlock, const R: usize>(w: *const u8, a: &Q8Rows, first: usi
 /// eight, then the rest.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(in crate::kernel) unsafe fn q_row_dots<F: QBlock>(w: &[u8], a: &Q8Rows, out: &mut [f32]) {
+    prefetch_row(w);
     let (rows, w) = (out.len(), w.as_ptr());
     let mut r = 0;
     while r + 8 <= rows {
