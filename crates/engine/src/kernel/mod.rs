@@ -30,6 +30,7 @@
 //! path through them.
 
 mod attention;
+mod blocks;
 mod dispatch;
 mod int;
 mod linear;

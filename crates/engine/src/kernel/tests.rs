@@ -2,6 +2,7 @@
 //! AVX-512, portable) and every batch composition.
 
 use super::attention::*;
+use super::blocks;
 use super::dispatch::cpu;
 use super::int::*;
 use super::linear::*;
@@ -526,7 +527,7 @@ fn f16_weights_accumulate_in_f32() {
 
 /// Random blocks of `F`: scales and minimums of either sign within F16's normal range, every
 /// byte value (Q8_0's -128 included).
-fn quant_blocks<F: quant::QBlock>(blocks: usize, seed: u32) -> Vec<u8> {
+fn quant_blocks<F: blocks::QBlock>(blocks: usize, seed: u32) -> Vec<u8> {
     let (scales, bytes) = (data(2 * blocks, seed), data(blocks * F::BYTES, seed + 1));
     let mut out = Vec::with_capacity(blocks * F::BYTES);
     for (b, bytes) in bytes.chunks_exact(F::BYTES).enumerate() {
@@ -543,10 +544,10 @@ fn quant_blocks<F: quant::QBlock>(blocks: usize, seed: u32) -> Vec<u8> {
 }
 
 /// Every format's tests, run once per format.
-fn for_each_format(check: impl Fn(&dyn Fn(usize, u32) -> Vec<u8>, quant::Format, &str)) {
-    check(&quant_blocks::<quant::Q8_0>, quant::Format::Q8_0, "q8_0");
-    check(&quant_blocks::<quant::Q4_0>, quant::Format::Q4_0, "q4_0");
-    check(&quant_blocks::<quant::Q4_1>, quant::Format::Q4_1, "q4_1");
+fn for_each_format(check: impl Fn(&dyn Fn(usize, u32) -> Vec<u8>, blocks::Format, &str)) {
+    check(&quant_blocks::<blocks::Q8_0>, blocks::Format::Q8_0, "q8_0");
+    check(&quant_blocks::<blocks::Q4_0>, blocks::Format::Q4_0, "q4_0");
+    check(&quant_blocks::<blocks::Q4_1>, blocks::Format::Q4_1, "q4_1");
 }
 
 #[test]
@@ -554,8 +555,8 @@ fn activations_quantize_to_within_half_a_step() {
     let mut x = data(4 * 64, 40);
     x[64..96].fill(0.0);
     x[100] = -3.0;
-    let a = quant::Q8Rows::quantize(&x, 64);
-    for (b, (xs, qs)) in x.chunks_exact(quant::QK).zip(a.qs.chunks_exact(quant::QK)).enumerate() {
+    let a = blocks::Q8Rows::quantize(&x, 64);
+    for (b, (xs, qs)) in x.chunks_exact(blocks::QK).zip(a.qs.chunks_exact(blocks::QK)).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         assert_eq!(a.d[b], amax / 127.0, "block {b}'s scale");
         assert!(qs.iter().all(|q| (-127..=127).contains(q)), "block {b}: {qs:?}");
@@ -573,28 +574,28 @@ fn activations_quantize_to_within_half_a_step() {
 fn quantized_products_match_the_f64_product_of_the_dequantized_values() {
     for_each_format(|blocks, format, label| {
         let (out, k, rows) = (37, 96, 5);
-        let w = blocks(out * k / quant::QK, 41);
+        let w = blocks(out * k / blocks::QK, 41);
         let x = data(rows * k, 42);
         let m = QuantMatrix { bytes: &w, format, rows: out, k, order: None };
         let y = quant_linear(&[m], None, &x, rows);
-        let a = quant::Q8Rows::quantize(&x, k);
+        let a = blocks::Q8Rows::quantize(&x, k);
         let bb = format.block_bytes();
         for j in 0..out {
             for r in 0..rows {
                 let (mut exact, mut size) = (0f64, 0f64);
-                for b in 0..k / quant::QK {
-                    let block = &w[(j * k / quant::QK + b) * bb..][..bb];
+                for b in 0..k / blocks::QK {
+                    let block = &w[(j * k / blocks::QK + b) * bb..][..bb];
                     let (d, min) = (
-                        quant::half_at(block, 0) as f64,
-                        if format == quant::Format::Q4_1 { quant::half_at(block, 2) as f64 } else { 0.0 },
+                        blocks::half_at(block, 0) as f64,
+                        if format == blocks::Format::Q4_1 { blocks::half_at(block, 2) as f64 } else { 0.0 },
                     );
                     let values = match format {
-                        quant::Format::Q8_0 => <quant::Q8_0 as quant::QBlock>::values(block),
-                        quant::Format::Q4_0 => <quant::Q4_0 as quant::QBlock>::values(block),
-                        quant::Format::Q4_1 => <quant::Q4_1 as quant::QBlock>::values(block),
+                        blocks::Format::Q8_0 => <blocks::Q8_0 as blocks::QBlock>::values(block),
+                        blocks::Format::Q4_0 => <blocks::Q4_0 as blocks::QBlock>::values(block),
+                        blocks::Format::Q4_1 => <blocks::Q4_1 as blocks::QBlock>::values(block),
                     };
-                    let at = r * k / quant::QK + b;
-                    for (v, q) in values.iter().zip(&a.qs[at * quant::QK..][..quant::QK]) {
+                    let at = r * k / blocks::QK + b;
+                    for (v, q) in values.iter().zip(&a.qs[at * blocks::QK..][..blocks::QK]) {
                         let term = (d * *v as f64 + min) * (a.d[at] as f64 * *q as f64);
                         exact += term;
                         size += term.abs();
@@ -609,22 +610,22 @@ fn quantized_products_match_the_f64_product_of_the_dequantized_values() {
 
 #[test]
 fn quantized_products_have_the_same_bits_in_every_path_and_batch() {
-    use quant::{Q4_0, Q4_1, Q8_0};
+    use blocks::{Q4_0, Q4_1, Q8_0};
     // One to three blocks per row and eighteen (a 576-wide row); one to thirteen activation rows,
     // through the groups of four and eight and their leftovers.
     for nb in [1, 2, 3, 18] {
-        let k = nb * quant::QK;
+        let k = nb * blocks::QK;
         for rows in [1, 3, 4, 5, 8, 9, 13] {
             let x = data(rows * k, 50 + rows as u32);
-            let a = quant::Q8Rows::quantize(&x, k);
-            let alone: Vec<quant::Q8Rows> = x.chunks_exact(k).map(|x| quant::Q8Rows::quantize(x, k)).collect();
+            let a = blocks::Q8Rows::quantize(&x, k);
+            let alone: Vec<blocks::Q8Rows> = x.chunks_exact(k).map(|x| blocks::Q8Rows::quantize(x, k)).collect();
             same::<Q8_0>(&quant_blocks::<Q8_0>(nb, 60), &a, &alone, "q8_0");
             same::<Q4_0>(&quant_blocks::<Q4_0>(nb, 61), &a, &alone, "q4_0");
             same::<Q4_1>(&quant_blocks::<Q4_1>(nb, 62), &a, &alone, "q4_1");
         }
     }
 
-    fn same<F: quant::QBlock>(w: &[u8], a: &quant::Q8Rows, alone: &[quant::Q8Rows], label: &str) {
+    fn same<F: blocks::QBlock>(w: &[u8], a: &blocks::Q8Rows, alone: &[blocks::Q8Rows], label: &str) {
         let rows = a.rows();
         let plain: Vec<f32> = (0..rows).map(|r| quant::dot_plain::<F>(w, a, r)).collect();
         let mut dispatched = vec![0f32; rows];
@@ -665,7 +666,7 @@ fn quantized_products_have_the_same_bits_in_every_path_and_batch() {
 fn stacked_and_reordered_quantized_rows_are_read_where_they_lie() {
     for_each_format(|blocks, format, label| {
         let (k, rows) = (64, 3);
-        let (first, second) = (blocks(5 * k / quant::QK, 70), blocks(4 * k / quant::QK, 71));
+        let (first, second) = (blocks(5 * k / blocks::QK, 70), blocks(4 * k / blocks::QK, 71));
         let x = data(rows * k, 72);
         let order = [2u32, 0, 3, 1];
         let parts = [

@@ -2,7 +2,7 @@
 //! and panels in groups of two activation rows. [`super::avx512`] ends its rows through
 //! [`end`], so both reduce each output the same way.
 
-use super::super::quant::{Q8Rows, QBlock, QK};
+use super::super::blocks::{Q8Rows, QBlock, QK};
 use super::super::Weight;
 use super::{prefetch, prefetch_panel, prefetch_row, rows_at, PANEL};
 use half::{bf16, f16};

@@ -2,7 +2,7 @@
 //! [`super::avx2`] in 512-bit vectors, each lane doing the arithmetic its 256-bit counterpart
 //! does, so both give the same bits; and the screen's exact integer products.
 
-use super::super::quant::{Q8Rows, QBlock, QK};
+use super::super::blocks::{Q8Rows, QBlock, QK};
 use super::super::Weight;
 use super::{avx2, prefetch, prefetch_panel, prefetch_row, rows_at, PANEL};
 use half::{bf16, f16};
