@@ -4,6 +4,7 @@
 //! vector paths in [`super::x86`] read the formats without reaching back into the products that
 //! dispatch to them.
 
+use super::dispatch::compiled_for_vectors;
 use half::f16;
 use rayon::prelude::*;
 
@@ -120,21 +121,10 @@ impl Q8Rows {
         assert!(k > 0 && k.is_multiple_of(QK) && x.len().is_multiple_of(k), "Q8Rows: shapes do not agree");
         let blocks = x.len() / QK;
         let (mut qs, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; blocks], vec![0f32; blocks]);
-        qs.par_chunks_mut(QK)
-            .zip(d.par_iter_mut().zip(s.par_iter_mut()))
-            .zip(x.par_chunks(QK))
-            .with_min_len(64)
-            .for_each(|((q, (d, s)), x)| {
-                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-                let mut sum = 0i32;
-                for (q, x) in q.iter_mut().zip(x) {
-                    *q = (x * inv).round_ties_even() as i8;
-                    sum += i32::from(*q);
-                }
-                *d = amax / 127.0;
-                *s = *d * sum as f32;
-            });
+        qs.par_chunks_mut(QK * CHUNK)
+            .zip(d.par_chunks_mut(CHUNK).zip(s.par_chunks_mut(CHUNK)))
+            .zip(x.par_chunks(QK * CHUNK))
+            .for_each(|((q, (d, s)), x)| quantize_vectors(x, q, d, s));
         Q8Rows { k, qs, d, s }
     }
 
@@ -144,5 +134,30 @@ impl Q8Rows {
 
     pub(crate) fn rows(&self) -> usize {
         self.qs.len() / self.k
+    }
+}
+
+/// Activation blocks per task of [`Q8Rows::quantize`].
+const CHUNK: usize = 64;
+
+compiled_for_vectors!(
+    /// [`Q8Rows::quantize`]'s blocks in plain loops the compiler vectorizes (rounding to even
+    /// is one instruction in the vector builds, a libm call per value in the plain one; the
+    /// same bits either way, as rounding to an integer is exact).
+    fn quantize_vectors(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) => quantize_with
+);
+
+#[inline(always)]
+pub(super) fn quantize_with(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (((x, q), d), s) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).zip(d).zip(s) {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, x) in q.iter_mut().zip(x) {
+            *q = (x * inv).round_ties_even() as i8;
+            sum += i32::from(*q);
+        }
+        *d = amax / 127.0;
+        *s = *d * sum as f32;
     }
 }

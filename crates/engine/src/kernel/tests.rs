@@ -571,6 +571,19 @@ fn activations_quantize_to_within_half_a_step() {
 }
 
 #[test]
+fn activations_quantize_to_the_same_bits_in_every_path_ties_to_even() {
+    // Enough blocks for several tasks and a short last one; block 1 holds exact ties.
+    let mut x = data(70 * 2 * blocks::QK, 44);
+    let tie = [127.0f32, 0.5, 1.5, 2.5, -0.5, -1.5, 126.5];
+    x[blocks::QK..blocks::QK + tie.len()].copy_from_slice(&tie);
+    let a = blocks::Q8Rows::quantize(&x, 2 * blocks::QK);
+    let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; a.d.len()], vec![0f32; a.s.len()]);
+    super::blocks::quantize_with(&x, &mut q, &mut d, &mut s);
+    assert!(a.qs == q && a.d == d && a.s == s, "the dispatched path differs from the plain one");
+    assert_eq!(&a.qs[blocks::QK..blocks::QK + tie.len()], &[127, 0, 2, 2, 0, -2, 126], "ties round to even");
+}
+
+#[test]
 fn quantized_products_match_the_f64_product_of_the_dequantized_values() {
     for_each_format(|blocks, format, label| {
         let (out, k, rows) = (37, 96, 5);

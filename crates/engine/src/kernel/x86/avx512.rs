@@ -363,21 +363,6 @@ unsafe fn q_dots<F: QBlock, const R: usize>(w: *const u8, a: &Q8Rows, first: usi
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(in crate::kernel) unsafe fn q_row_dots<F: QBlock>(w: &[u8], a: &Q8Rows, out: &mut [f32]) {
     prefetch_row(w);
-    let (rows, w) = (out.len(), w.as_ptr());
-    let mut r = 0;
-    while r + 8 <= rows {
-        out[r..r + 8].copy_from_slice(&q_dots::<F, 8>(w, a, r));
-        r += 8;
-    }
-    let left = rows - r;
-    if left >= 4 {
-        out[r..r + 4].copy_from_slice(&q_dots::<F, 4>(w, a, r));
-        r += 4;
-    }
-    match rows - r {
-        1 => out[r..].copy_from_slice(&q_dots::<F, 1>(w, a, r)),
-        2 => out[r..].copy_from_slice(&q_dots::<F, 2>(w, a, r)),
-        3 => out[r..].copy_from_slice(&q_dots::<F, 3>(w, a, r)),
-        _ => {}
-    }
+    let w = w.as_ptr();
+    in_groups!(out, [8, 4, 3, 2, 1], |r, R| q_dots::<F, R>(w, a, r));
 }

@@ -72,6 +72,23 @@ macro_rules! in_fours {
     }};
 }
 
+/// Writes `$dots` (the values of activation rows `$r..$r + $R`, an array of `$R`) into `$out` at
+/// those rows, for the rows in groups of each size in turn, widest first, while a whole group
+/// is left: the walk every quantized row product shares ([`super::quant`]'s rows in groups).
+macro_rules! in_groups {
+    ($out:expr, [$($size:literal),+], |$r:ident, $R:ident| $dots:expr) => {{
+        let out: &mut [f32] = $out;
+        let mut $r = 0;
+        $(
+            while out.len() - $r >= $size {
+                const $R: usize = $size;
+                out[$r..$r + $R].copy_from_slice(&$dots);
+                $r += $R;
+            }
+        )+
+    }};
+}
+
 /// Rows `first..first + R` of `x` (rows of `k`). A plain function rather than closures, which
 /// measured as calls in the loop over weight rows.
 #[inline(always)]
