@@ -8,6 +8,7 @@ Loads the model, prints {"ready": true, "version": ..., "settings": {...}}, then
 on stdin with one JSON line:
   prefill N    clears the context, evaluates the first N prompt ids: {"s": seconds, "token": greedy next}
   decode N     N greedy steps from the last token: {"s": seconds, "ids": [the N tokens]}
+  memory       the process's peak resident memory so far (Linux's VmHWM): {"peak": bytes}
 End of input ends the process.
 
 The context is the binding's defaults but for its size (the whole prompt and the decode steps),
@@ -30,6 +31,17 @@ def greedy(llm: Llama) -> int:
     binding's `scores` array is not filled when `logits_all` is off)."""
     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
     return int(np.argmax(logits))
+
+
+def peak_resident():
+    """VmHWM of /proc/self/status in bytes, or None where there is none."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def reply(value: dict) -> None:
@@ -64,6 +76,9 @@ def main() -> None:
         "flash_attn": args.flash_attn,
         "type_k": int(params.type_k),
         "type_v": int(params.type_v),
+        # Repacking quantized weights into the CPU's interleaved layouts (llama-server's
+        # `--no-repack` turns it off); the binding keeps llama.cpp's default, on.
+        "use_extra_bufts": bool(llm.model_params.use_extra_bufts),
     }
     reply({"ready": True, "version": llama_cpp.__version__, "settings": settings})
     token = None
@@ -84,6 +99,8 @@ def main() -> None:
                 token = greedy(llm)
                 out.append(token)
             reply({"s": time.perf_counter() - start, "ids": out})
+        elif command == ["memory"]:
+            reply({"peak": peak_resident()})
         else:
             reply({"error": f"unknown command or no prefill yet: {line.strip()!r}"})
 

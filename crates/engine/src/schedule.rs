@@ -241,7 +241,7 @@ fn reset_peak_rss() {
 }
 
 /// The resident-memory high-water mark (`VmHWM`), in bytes.
-fn peak_rss() -> Option<u64> {
+pub fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: u64 =
         status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;

@@ -209,9 +209,9 @@ pub struct Arithmetic {
     pub arithmetic: String,
 }
 
-/// What every artifact records of our dtypes' arithmetic.
+/// What every artifact records of our dtypes' arithmetic: every dtype a run can compare.
 pub fn arithmetic() -> Vec<Arithmetic> {
-    [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::F16]
+    [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::F16, WeightDtype::Native]
         .into_iter()
         .map(|d| Arithmetic { dtype: d.name().into(), arithmetic: common::qwen::arithmetic(d).into() })
         .collect()
@@ -296,13 +296,72 @@ pub struct Artifact {
     /// before that comparison, which then lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampling>,
+    /// Each quantized file whose blocks ran in place ([`WeightDtype::Native`]): its decode
+    /// stream and what a fresh process running it holds; absent from runs made before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub native: Vec<NativeFile>,
     pub provenance: Provenance,
 }
 
+/// A quantized file's blocks read in place: the bytes a decode step streams of them (its
+/// comparison with the read bandwidth is [`native_stream_name`]) and the resident memory of a
+/// fresh process of each engine on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NativeFile {
+    /// The file's weight type, as [`Gguf::weights`] names it.
+    pub weights: String,
+    pub stream: Stream,
+    /// Absent where a fresh process could not be measured (the reason is in `skipped`).
+    pub resident: Option<Resident>,
+}
+
+/// The peak resident memory (`VmHWM`) of a fresh process that loads the file, prefills the first
+/// prompt length and decodes the parameters' steps, against the file and the KV cache it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resident {
+    pub file_bytes: u64,
+    /// The positions the process's cache holds: the prompt and the decode steps.
+    pub positions: usize,
+    /// Our KV cache for those positions, as allocated.
+    pub kv_bytes: u64,
+    pub ours_peak_bytes: u64,
+    /// `ours_peak_bytes / (file_bytes + kv_bytes)`: at most 1.1 is the goal.
+    pub ours_over_file_and_kv: f64,
+    /// llama.cpp's binding in its worker on the same file and positions (its own KV cache in
+    /// F16, the Python interpreter included); absent where llama.cpp did not run.
+    pub llama_peak_bytes: Option<u64>,
+}
+
+impl Resident {
+    pub fn new(file_bytes: u64, positions: usize, kv_bytes: u64, ours_peak_bytes: u64, llama: Option<u64>) -> Self {
+        Resident {
+            file_bytes,
+            positions,
+            kv_bytes,
+            ours_peak_bytes,
+            ours_over_file_and_kv: ours_peak_bytes as f64 / (file_bytes as f64 + kv_bytes as f64),
+            llama_peak_bytes: llama,
+        }
+    }
+}
+
+/// The comparison of a quantized pair's decode stream with the read bandwidth.
+pub fn native_stream_name(pair: &str) -> String {
+    format!("{pair}: {STREAM}")
+}
+
 /// Which of our weight dtypes run against each of llama.cpp's weight types (its F32 against our
-/// F32; its F16 against our BF16 and F16).
-pub const AGAINST_LLAMA: [(WeightType, &[WeightDtype]); 2] =
-    [(WeightType::F32, &[WeightDtype::F32]), (WeightType::F16, &[WeightDtype::Bf16, WeightDtype::F16])];
+/// F32; its F16 against our BF16 and F16; its block formats against ours read in place from the
+/// same file).
+pub const AGAINST_LLAMA: [(WeightType, &[WeightDtype]); 5] = [
+    (WeightType::F32, &[WeightDtype::F32]),
+    (WeightType::F16, &[WeightDtype::Bf16, WeightDtype::F16]),
+    (WeightType::Q8_0, &[WeightDtype::Native]),
+    (WeightType::Q4_0, &[WeightDtype::Native]),
+    (WeightType::Q4_1, &[WeightDtype::Native]),
+];
 
 /// A llama.cpp pair's name, as its comparisons and agreement are named: `llama.cpp f16 vs ours bf16`.
 pub fn llama_pair(weights: WeightType, ours: WeightDtype) -> String {
@@ -323,9 +382,14 @@ pub fn agreement_name(pair: &str, tokens: usize) -> String {
     format!("{pair}, prompt {tokens}")
 }
 
-/// Our half-precision ids against our F32 ids on the same prompt, as an agreement is named.
-pub fn against_f32(dtype: WeightDtype) -> String {
-    format!("ours {} vs ours f32", dtype.name())
+/// Our ids on `dtype` against our F32 ids on the same prompt, as an agreement is named: for half
+/// precision the checkpoint's F32 run, for a file's blocks read in place (`weights`' file) the
+/// same file widened to F32.
+pub fn against_f32(dtype: WeightDtype, weights: WeightType) -> String {
+    match dtype {
+        WeightDtype::Native => format!("ours native vs ours f32 of the {weights:?} file").to_lowercase(),
+        _ => format!("ours {} vs ours f32", dtype.name()),
+    }
 }
 
 /// The comparison of a decode step's stream with the machine's read bandwidth.
@@ -381,6 +445,12 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
     if a.sampled.is_some() {
         planned.push((SAMPLED_STEP.to_string(), Pairs::Steps));
     }
+    let native: Vec<(WeightType, String)> = AGAINST_LLAMA
+        .iter()
+        .filter(|(w, ds)| ds.contains(&WeightDtype::Native) && llama.contains(&llama_pair(*w, WeightDtype::Native)))
+        .map(|(w, _)| (*w, llama_pair(*w, WeightDtype::Native)))
+        .collect();
+    planned.extend(native.iter().map(|(_, pair)| (native_stream_name(pair), Pairs::Steps)));
     let mut agreements = Vec::new();
     for pair in &llama {
         for prompt in &p.prompts {
@@ -389,11 +459,13 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
             agreements.push(agreement_name(pair, prompt.tokens));
         }
     }
-    // Our half precision against our F32 where both ran (the F32 ids come from the F32 pair).
-    if llama.contains(&llama_pair(WeightType::F32, WeightDtype::F32)) {
-        for (w, dtypes) in AGAINST_LLAMA {
-            for d in dtypes.iter().filter(|d| **d != WeightDtype::F32 && llama.contains(&llama_pair(w, **d))) {
-                agreements.extend(p.prompts.iter().map(|prompt| agreement_name(&against_f32(*d), prompt.tokens)));
+    // Our half precision against our F32 where both ran (the F32 ids come from the F32 pair); our
+    // blocks read in place against the same file widened, wherever they ran.
+    let f32_ran = llama.contains(&llama_pair(WeightType::F32, WeightDtype::F32));
+    for (w, dtypes) in AGAINST_LLAMA {
+        for d in dtypes.iter().filter(|d| **d != WeightDtype::F32 && llama.contains(&llama_pair(w, **d))) {
+            if f32_ran || *d == WeightDtype::Native {
+                agreements.extend(p.prompts.iter().map(|prompt| agreement_name(&against_f32(*d, w), prompt.tokens)));
             }
         }
     }
@@ -434,19 +506,52 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
     if agreed != agreements {
         f.wrong("invariants", "agreement", format!("{agreed:?}, one per llama.cpp pair and prompt {agreements:?}"));
     }
-    let s = &a.stream;
     let probe = common::kernel::ReadProbe::bytes_for(p.probe_bytes);
-    if s.context != p.short_context
-        || s.probe_bytes != probe
-        || s.layer_bytes.checked_add(s.head_bytes).and_then(|b| b.checked_add(s.kv_bytes)) != Some(s.total_bytes)
-    {
-        f.wrong(
-            "invariants",
-            "stream",
-            format!("not at the short context, its probe not the {probe} bytes the parameters make, or its parts do not sum to its total"),
-        );
+    let streams = std::iter::once(("stream".to_string(), &a.stream))
+        .chain(a.native.iter().enumerate().map(|(i, n)| (format!("native[{i}].stream"), &n.stream)));
+    for (field, s) in streams {
+        if s.context != p.short_context
+            || s.probe_bytes != probe
+            || s.layer_bytes.checked_add(s.head_bytes).and_then(|b| b.checked_add(s.kv_bytes)) != Some(s.total_bytes)
+        {
+            f.wrong(
+                "invariants",
+                field,
+                format!("not at the short context, its probe not the {probe} bytes the parameters make, or its parts do not sum to its total"),
+            );
+        }
     }
-    if a.arithmetic != arithmetic() {
+    let files: Vec<String> = a.native.iter().map(|n| n.weights.clone()).collect();
+    let ran: Vec<String> = native.iter().map(|(w, _)| format!("{w:?}").to_lowercase()).collect();
+    if files != ran {
+        f.wrong("invariants", "native", format!("{files:?}, but the quantized pairs that ran are {ran:?}"));
+    }
+    let first = p.prompts.first().map_or(0, |l| l.tokens) + p.decode_tokens + 1;
+    for (i, r) in a.native.iter().enumerate().filter_map(|(i, n)| Some((i, n.resident.as_ref()?))) {
+        let fresh = Resident::new(r.file_bytes, r.positions, r.kv_bytes, r.ours_peak_bytes, r.llama_peak_bytes);
+        let recorded = a.llama_cpp.iter().flat_map(|l| &l.gguf).find(|g| g.weights == a.native[i].weights);
+        if r.positions != first || recorded.is_none_or(|g| g.bytes != r.file_bytes) {
+            f.wrong(
+                "invariants",
+                format!("native[{i}].resident"),
+                "not of the first prompt length and the decode steps, or not of the file llama.cpp ran",
+            );
+        } else if fresh.ours_over_file_and_kv != r.ours_over_file_and_kv {
+            f.wrong(
+                "invariants",
+                format!("native[{i}].resident.ours_over_file_and_kv"),
+                "is not the peak over the file and KV bytes",
+            );
+        }
+    }
+    // Each dtype recorded as this engine computes with it, and every dtype a pair ran recorded
+    // (a run from before a dtype existed records none of it, and ran none).
+    let now = arithmetic();
+    let recorded = |d: WeightDtype| a.arithmetic.iter().any(|r| r.dtype == d.name());
+    let ran = AGAINST_LLAMA.iter().flat_map(|(w, ds)| ds.iter().map(move |d| (*w, *d)));
+    if a.arithmetic.iter().any(|r| !now.contains(r))
+        || ran.filter(|(w, d)| llama.contains(&llama_pair(*w, *d))).any(|(_, d)| !recorded(d))
+    {
         f.wrong("invariants", "arithmetic", "is not how this engine computes with its dtypes");
     }
     if let Some(i) = a.agreement.iter().position(|g| g.agree > g.of || g.of > p.decode_tokens + 1) {

@@ -15,13 +15,30 @@ use common::schedule::{self, Job, RunConfig};
 use common::session::Session;
 use common::stock::Stock;
 use common::workspace::Workspace;
-use engine_bench::{Agreement, Args, Artifact, Comparison, EngineBench, Gguf, LlamaCpp, Overhead, Rule, Stream};
+use engine_bench::{
+    Agreement, Args, Artifact, Comparison, EngineBench, Gguf, LlamaCpp, NativeFile, Overhead, Parameters, Resident,
+    Rule, Stream,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
+/// Set (to a GGUF file), the process is a fresh one [`resident`] measures: it loads the file with
+/// its blocks in place, prefills the ids in the file [`RESIDENT_IDS`] names, decodes
+/// [`RESIDENT_DECODE`] steps and prints its peak resident memory and KV bytes as one JSON line.
+const RESIDENT_OF: &str = "ENGINE_BENCH_RESIDENT_OF";
+const RESIDENT_IDS: &str = "ENGINE_BENCH_RESIDENT_IDS";
+const RESIDENT_DECODE: &str = "ENGINE_BENCH_RESIDENT_DECODE";
+
 fn main() {
+    if let Some(file) = std::env::var_os(RESIDENT_OF) {
+        if let Err(e) = resident_child(Path::new(&file)) {
+            eprintln!("engine-bench (resident memory of {}): {e:#}", Path::new(&file).display());
+            std::process::exit(1);
+        }
+        return;
+    }
     common::experiment::main(run)
 }
 
@@ -70,8 +87,12 @@ fn run(args: Args) -> Result<()> {
         Rule::AOverB,
     ));
 
-    // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16: each
-    // prompt length prefilled whole, then decoded at that context.
+    let probe = ReadProbe::new(p.probe_bytes)?;
+    let mut native = Vec::new();
+
+    // llama.cpp on the same weights, F32 against our F32, F16 against our BF16 and F16, its block
+    // formats against ours read in place: each prompt length prefilled whole, then decoded at
+    // that context.
     let mut llama_record: Option<LlamaCpp> = None;
     // Our F32 ids at each prompt length (the first round's), for our half precision to agree with.
     let mut f32_ids: Vec<Vec<u32>> = Vec::new();
@@ -91,7 +112,16 @@ fn run(args: Args) -> Result<()> {
         });
         record.gguf.push(worker.gguf.clone());
         for &dtype in ours_dtypes {
-            let held = if dtype == WeightDtype::F32 { None } else { Some(LoadedModel::load_as(&dir, dtype)?) };
+            // Blocks are read in place from the very file llama.cpp runs, and their ids are held
+            // against that file widened to F32 (one untimed run per prompt length).
+            let (held, widened) = match dtype {
+                WeightDtype::F32 => (None, None),
+                WeightDtype::Native => (
+                    Some(LoadedModel::load_as(&worker.path, dtype)?),
+                    Some(LoadedModel::load_as(&worker.path, WeightDtype::F32)?),
+                ),
+                _ => (Some(LoadedModel::load_as(&dir, dtype)?), None),
+            };
             let ours_model = held.as_ref().unwrap_or(model);
             let pair = engine_bench::llama_pair(weights, dtype);
             for (l, length) in p.prompts.iter().enumerate() {
@@ -138,15 +168,34 @@ fn run(args: Args) -> Result<()> {
                     agree,
                     of: o[0].ids.len().min(t[0].ids.len()),
                 });
+                let reference = match &widened {
+                    Some(f32) => Some(ours(f32, &long_prompt[..tokens], p.decode_tokens)?.ids),
+                    None => f32_ids.get(l).cloned(),
+                };
                 if dtype == WeightDtype::F32 {
                     f32_ids.push(o[0].ids.clone());
-                } else if let Some(f32) = f32_ids.get(l) {
+                } else if let Some(f32) = reference {
                     agreement.push(Agreement {
-                        what: engine_bench::agreement_name(&engine_bench::against_f32(dtype), tokens),
-                        agree: o[0].ids.iter().zip(f32).take_while(|(a, b)| a == b).count(),
+                        what: engine_bench::agreement_name(&engine_bench::against_f32(dtype, weights), tokens),
+                        agree: o[0].ids.iter().zip(&f32).take_while(|(a, b)| a == b).count(),
                         of: o[0].ids.len().min(f32.len()),
                     });
                 }
+            }
+            if dtype == WeightDtype::Native {
+                drop(widened);
+                tracing::info!("{pair}: decode stream, then each engine's resident memory in a fresh process");
+                let (c, stream) = stream_against(ours_model, &probe, p, &engine_bench::native_stream_name(&pair))?;
+                comparisons.push(c);
+                let first = p.prompts.first().map_or(0, |l| l.tokens);
+                let resident = match resident(ws, &dir, (&worker, weights), &long_prompt[..first], p.decode_tokens) {
+                    Ok(r) => Some(r),
+                    Err(why) => {
+                        skipped.push(format!("{pair}: resident memory: {why:#}"));
+                        None
+                    }
+                };
+                native.push(NativeFile { weights: worker.gguf.weights.clone(), stream, resident });
             }
         }
     }
@@ -154,18 +203,8 @@ fn run(args: Args) -> Result<()> {
     // A decode step at the long context against the short one, steps alternating. The caches are
     // marked filled (their values do not change a step's work).
     tracing::info!("decode step at context {} against {}", p.long_context, p.short_context);
-    let filled = |context: usize| -> Result<Cache> {
-        let mut cache = model.model.new_cache(context + p.steps + 1)?;
-        cache.assume_filled(context)?;
-        Ok(cache)
-    };
-    let step = |caches: Vec<&mut Cache>| -> Result<f64> {
-        let wants = vec![Want::Greedy; caches.len()];
-        let mut items: Vec<_> = caches.into_iter().map(|c| (c, &[1u32][..])).collect();
-        let t = Instant::now();
-        model.model.next_batch(&mut items, &wants)?;
-        Ok(t.elapsed().as_secs_f64() * 1000.0)
-    };
+    let filled = |context: usize| filled(model, context, p.steps);
+    let step = |caches: Vec<&mut Cache>| step_ms(model, caches);
     let (mut short, mut long) = (filled(p.short_context)?, filled(p.long_context)?);
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..p.steps {
@@ -205,24 +244,8 @@ fn run(args: Args) -> Result<()> {
 
     // A decode step's bytes over its time against a pass of the bandwidth probe, alternating.
     tracing::info!("decode stream at context {} against the read bandwidth", p.short_context);
-    let probe = ReadProbe::new(p.probe_bytes)?;
-    let bytes = model.model.decode_step_bytes(p.short_context);
-    let mut cache = filled(p.short_context)?;
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..p.steps {
-        a.push(bytes.total() as f64 / step(vec![&mut cache])? / 1e6);
-        b.push(probe.read_rate() / 1e9);
-    }
-    comparisons.push(Comparison::new(
-        engine_bench::STREAM,
-        "share of the measured read bandwidth a decode step streams (its bytes over its time)",
-        "GB/s",
-        "decode step",
-        a,
-        "read probe",
-        b,
-        Rule::AOverB,
-    ));
+    let (stream_comparison, stream) = stream_against(model, &probe, p, engine_bench::STREAM)?;
+    comparisons.push(stream_comparison);
     // A decode step that samples (the draw included) against a greedy one, two sessions on the
     // same prompt stepping in turn, as the stepping loop runs them.
     tracing::info!("sampled decode step against a greedy one");
@@ -255,14 +278,6 @@ fn run(args: Args) -> Result<()> {
         b,
         Rule::AOverB,
     ));
-    let stream = Stream {
-        context: p.short_context,
-        layer_bytes: bytes.layers,
-        head_bytes: bytes.head,
-        kv_bytes: bytes.kv,
-        total_bytes: bytes.total(),
-        probe_bytes: probe.bytes(),
-    };
 
     // The scheduler's own cost under the seed's runs and continuous batching.
     let seed = common::schedule::seed_workload();
@@ -306,11 +321,103 @@ fn run(args: Args) -> Result<()> {
         skipped,
         overhead,
         sampled: Some(engine_bench::SAMPLED),
+        native,
         provenance,
     };
     let path = prepared.write(&artifact)?;
     print_table(&artifact);
     println!("artifact: {}", ws.display_path(&path));
+    Ok(())
+}
+
+/// A cache of `model`'s for `context` positions and `steps` more, marked filled (its values do not
+/// change a step's work).
+fn filled(model: &LoadedModel, context: usize, steps: usize) -> Result<Cache> {
+    let mut cache = model.model.new_cache(context + steps + 1)?;
+    cache.assume_filled(context)?;
+    Ok(cache)
+}
+
+/// One greedy decode step of every cache in `caches`, batched: its milliseconds.
+fn step_ms(model: &LoadedModel, caches: Vec<&mut Cache>) -> Result<f64> {
+    let wants = vec![Want::Greedy; caches.len()];
+    let mut items: Vec<_> = caches.into_iter().map(|c| (c, &[1u32][..])).collect();
+    let t = Instant::now();
+    model.model.next_batch(&mut items, &wants)?;
+    Ok(t.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// `model`'s decode step at the short context, its bytes over its time, against passes of the
+/// bandwidth probe, alternating: the comparison `name` and the bytes it divided.
+fn stream_against(model: &LoadedModel, probe: &ReadProbe, p: &Parameters, name: &str) -> Result<(Comparison, Stream)> {
+    let bytes = model.model.decode_step_bytes(p.short_context);
+    let mut cache = filled(model, p.short_context, p.steps)?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..p.steps {
+        a.push(bytes.total() as f64 / step_ms(model, vec![&mut cache])? / 1e6);
+        b.push(probe.read_rate() / 1e9);
+    }
+    let comparison = Comparison::new(
+        name,
+        "share of the measured read bandwidth a decode step streams (its bytes over its time)",
+        "GB/s",
+        "decode step",
+        a,
+        "read probe",
+        b,
+        Rule::AOverB,
+    );
+    let stream = Stream {
+        context: p.short_context,
+        layer_bytes: bytes.layers,
+        head_bytes: bytes.head,
+        kv_bytes: bytes.kv,
+        total_bytes: bytes.total(),
+        probe_bytes: probe.bytes(),
+    };
+    Ok((comparison, stream))
+}
+
+/// The peak resident memory of a fresh process of each engine that loads `worker`'s file,
+/// prefills `prompt` and decodes `decode` steps: ours (this binary as [`RESIDENT_OF`] runs it) and
+/// llama.cpp's (a fresh worker).
+fn resident(
+    ws: &Workspace,
+    dir: &Path,
+    (worker, weights): (&Worker, WeightType),
+    prompt: &[u32],
+    decode: usize,
+) -> Result<Resident> {
+    let ids = ws.root.join(format!("target/bench/resident-{}.json", prompt.len()));
+    std::fs::write(&ids, serde_json::to_vec(prompt)?).with_context(|| ids.display().to_string())?;
+    let out = Command::new(std::env::current_exe().context("finding this binary")?)
+        .env(RESIDENT_OF, &worker.path)
+        .env(RESIDENT_IDS, &ids)
+        .env(RESIDENT_DECODE, decode.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run a fresh engine-bench")?;
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let (Some(peak), Some(kv)) = (line["peak"].as_u64(), line["kv"].as_u64()) else {
+        bail!("the fresh process gave no reading ({})", out.status);
+    };
+    let mut fresh = Worker::start(ws, dir, prompt, weights, decode).context("a fresh llama.cpp worker")?;
+    fresh.round(prompt.len(), decode).context("a llama.cpp round failed")?;
+    let llama = fresh.ask("memory").and_then(|m| m["peak"].as_u64());
+    Ok(Resident::new(worker.gguf.bytes, prompt.len() + decode + 1, kv, peak, llama))
+}
+
+/// [`RESIDENT_OF`]'s run, in the fresh process.
+fn resident_child(file: &Path) -> Result<()> {
+    let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+    let prompt: Vec<u32> = serde_json::from_slice(&std::fs::read(var(RESIDENT_IDS)?)?)?;
+    let decode: usize = var(RESIDENT_DECODE)?.parse()?;
+    let model = LoadedModel::load_as(file, WeightDtype::Native)?;
+    let round = ours(&model, &prompt, decode)?;
+    drop(round);
+    let kv = model.model.cache_bytes(prompt.len() + decode + 1);
+    let peak = common::schedule::peak_rss().context("no resident-memory reading on this system")?;
+    println!("{}", serde_json::json!({ "peak": peak, "kv": kv }));
     Ok(())
 }
 
@@ -355,6 +462,8 @@ struct Worker {
     version: String,
     settings: serde_json::Value,
     gguf: Gguf,
+    /// The file it runs.
+    path: PathBuf,
 }
 
 impl Worker {
@@ -388,6 +497,7 @@ impl Worker {
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else { bail!("the worker has no pipes") };
         let shown = ws.display_path(&gguf);
+        let gguf_path = gguf.clone();
         let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
         let mut worker = Worker {
             child,
@@ -396,6 +506,7 @@ impl Worker {
             version: String::new(),
             settings: serde_json::Value::Null,
             gguf,
+            path: gguf_path,
         };
         match worker.read() {
             Some(ready) if ready["ready"] == true => {

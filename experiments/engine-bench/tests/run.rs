@@ -64,12 +64,51 @@ fn a_run_records_every_pair_and_the_audit_recomputes_the_ratios() {
 
     let mut v: Value = common::artifact::read_artifact(&out).unwrap();
     v["comparisons"][2]["b"][0] = json!(1e-6);
-    v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
-    let seal = common::artifact::seal(&v);
-    v.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
-    let edited = tmp.path().join("edited.json");
-    std::fs::write(&edited, v.to_string()).unwrap();
+    let edited = reseal(v, tmp.path().join("edited.json"));
     let r = audit.audit_artifact(&edited);
     assert_eq!(r.verdict, Verdict::Wrong);
     assert!(r.findings.iter().any(|f| f.field == "comparisons[2].ratios"), "{:#?}", r.findings);
+
+    // A quantized file recorded where no quantized pair ran (resealed) is named.
+    let mut v: Value = common::artifact::read_artifact(&out).unwrap();
+    let stream = v["stream"].clone();
+    v["native"] = json!([{ "weights": "q4_0", "stream": stream, "resident": null }]);
+    let edited = reseal(v, tmp.path().join("native.json"));
+    let r = audit.audit_artifact(&edited);
+    assert_eq!(r.verdict, Verdict::Wrong);
+    assert!(r.findings.iter().any(|f| f.field == "native"), "{:#?}", r.findings);
+
+    // The fresh process that measures resident memory, on tiny's Q4_0 export: it holds at least
+    // the file it read whole and its KV cache, and says so as one JSON line.
+    let gguf = tmp.path().join("tiny-q4_0.gguf");
+    common::gguf::export(&tmp.path().join("models/generated/tiny"), &gguf, common::gguf::WeightType::Q4_0).unwrap();
+    let ids = tmp.path().join("ids.json");
+    std::fs::write(&ids, serde_json::to_vec(&(1..=40u32).collect::<Vec<_>>()).unwrap()).unwrap();
+    let fresh = |file: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_engine-bench"))
+            .env("ENGINE_BENCH_RESIDENT_OF", file)
+            .env("ENGINE_BENCH_RESIDENT_IDS", &ids)
+            .env("ENGINE_BENCH_RESIDENT_DECODE", "4")
+            .output()
+            .unwrap()
+    };
+    let o = fresh(&gguf);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let model = common::load::LoadedModel::load_as(&gguf, common::qwen::WeightDtype::Native).unwrap();
+    assert_eq!(line["kv"].as_u64(), Some(model.model.cache_bytes(40 + 4 + 1) as u64));
+    let file_bytes = std::fs::metadata(&gguf).unwrap().len();
+    assert!(line["peak"].as_u64().unwrap() > file_bytes + line["kv"].as_u64().unwrap(), "{line}");
+    let o = fresh(&tmp.path().join("missing.gguf"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("missing.gguf") && err.lines().count() == 1, "{err}");
+}
+
+/// `v` sealed again, as a forger would, written to `path`.
+fn reseal(mut v: Value, path: std::path::PathBuf) -> std::path::PathBuf {
+    v.as_object_mut().unwrap().remove(common::artifact::SEAL_KEY);
+    let seal = common::artifact::seal(&v);
+    v.as_object_mut().unwrap().insert(common::artifact::SEAL_KEY.into(), serde_json::to_value(seal).unwrap());
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
 }
