@@ -1,12 +1,15 @@
 //! The kernels alone, on the 0.5B model's shapes: a projection in rows (the head's way) and in
 //! panels (the layers' way; BF16's paired) for one, four and 64 activation rows (a decode step, a
-//! batch, a prefill chunk) and each weight type, the head
+//! batch, a prefill chunk) and each weight type, the same from each GGUF block format, the head
 //! screen's integer products, attention of one new position over a 1024-position cache, and the
 //! MLP activation. `cargo bench -p engine --bench kernels` (criterion keeps the history under
 //! `target/criterion/` and reports the change from the last run); `cargo test` runs each once.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use engine::kernel::{attend_each, int_products, linear, silu_mul, Attending, AttentionShape, Layout, Weight, TILE};
+use engine::kernel::{
+    attend_each, int_products, linear, quant_linear, silu_mul, Attending, AttentionShape, Format, Layout, QuantMatrix, Weight,
+    TILE,
+};
 use half::{bf16, f16};
 use std::hint::black_box;
 
@@ -47,6 +50,32 @@ fn projections(c: &mut Criterion) {
     projection::<f32>(c, "f32", |v| v, Layout::panels(HIDDEN));
     projection::<f16>(c, "f16", f16::from_f32, Layout::panels(HIDDEN));
     projection::<bf16>(c, "bf16", bf16::from_f32, Layout::paired_panels(HIDDEN));
+}
+
+/// The gate and up projection from blocks of each format, the bytes random but for each block's
+/// scale (and minimum), which are kept finite and small.
+fn quantized(c: &mut Criterion) {
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1] {
+        let mut group = c.benchmark_group(format!("quant/{}", format.name()));
+        let block = format.block_bytes();
+        let blocks = GATE_UP * HIDDEN / 32;
+        let mut bytes: Vec<u8> = data(blocks * block, 9).iter().map(|v| (v * 127.0) as i8 as u8).collect();
+        for b in bytes.chunks_exact_mut(block) {
+            b[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            if format == Format::Q4_1 {
+                b[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes());
+            }
+        }
+        let m = QuantMatrix { bytes: &bytes, format, rows: GATE_UP, k: HIDDEN, order: None };
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        for rows in [1, 4, 64] {
+            let x = data(rows * HIDDEN, 2);
+            group.bench_function(BenchmarkId::new("rows", rows), |b| {
+                b.iter(|| quant_linear(std::slice::from_ref(&m), None, black_box(&x), rows))
+            });
+        }
+        group.finish();
+    }
 }
 
 fn screen(c: &mut Criterion) {
@@ -98,6 +127,6 @@ fn activation(c: &mut Criterion) {
 criterion_group! {
     name = kernels;
     config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_millis(500));
-    targets = projections, screen, attention, activation
+    targets = projections, quantized, screen, attention, activation
 }
 criterion_main!(kernels);

@@ -170,7 +170,10 @@ entry_points!(block_bf16, panel_bf16, bf16, "avx");
 /// nibbles), its scale, and its minimum (Q4_1's; zero otherwise).
 #[inline(always)]
 pub(super) unsafe fn q_unpack<F: QBlock>(b: *const u8) -> (__m256i, f32, f32) {
-    let half = |at: usize| f16::from_bits(std::ptr::read_unaligned(b.add(at).cast::<u16>())).to_f32();
+    // The scale (and Q4_1's minimum after it) widened by F16C here, in the caller's features:
+    // `half`'s conversion checks the CPU on every call, which measured as a block's largest cost.
+    let halves = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(b.cast::<i32>())));
+    let (d, m) = (_mm_cvtss_f32(halves), _mm_cvtss_f32(_mm_movehdup_ps(halves)));
     let v = match F::NIBBLES {
         Some(at) => {
             let x = _mm_loadu_si128(b.add(at).cast::<__m128i>());
@@ -185,7 +188,7 @@ pub(super) unsafe fn q_unpack<F: QBlock>(b: *const u8) -> (__m256i, f32, f32) {
         }
         None => _mm256_loadu_si256(b.add(2).cast::<__m256i>()),
     };
-    (v, half(0), if F::MIN { half(2) } else { 0.0 })
+    (v, d, if F::MIN { m } else { 0.0 })
 }
 
 /// The eight exact partials (values `4l..4l+4` each) of a block's values `v` against 32
