@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use engine::kernel::{
-    attend_each, int_products, linear, quant_linear, silu_mul, Attending, AttentionShape, Format, Layout, QuantMatrix, Weight,
-    TILE,
+    attend_each, int_products, linear, quant_linear, silu_mul, Attending, AttentionShape, Format, Layout, QuantMatrix,
+    Weight, TILE,
 };
 use half::{bf16, f16};
 use std::hint::black_box;

@@ -544,12 +544,12 @@ fn check_plan(a: &Artifact, f: &mut Findings) {
             );
         }
     }
-    // Each dtype recorded as this engine computes with it, and every dtype a pair ran recorded
-    // (a run from before a dtype existed records none of it, and ran none).
+    // The dtypes recorded as this engine computes with them, in its order (a run from before a
+    // dtype existed records those before it), and every dtype a pair ran among them.
     let now = arithmetic();
     let recorded = |d: WeightDtype| a.arithmetic.iter().any(|r| r.dtype == d.name());
     let ran = AGAINST_LLAMA.iter().flat_map(|(w, ds)| ds.iter().map(move |d| (*w, *d)));
-    if a.arithmetic.iter().any(|r| !now.contains(r))
+    if now.get(..a.arithmetic.len()) != Some(&a.arithmetic[..])
         || ran.filter(|(w, d)| llama.contains(&llama_pair(*w, *d))).any(|(_, d)| !recorded(d))
     {
         f.wrong("invariants", "arithmetic", "is not how this engine computes with its dtypes");
@@ -631,6 +631,9 @@ impl Experiment for EngineBench {
         }
         for o in &mut a.overhead {
             o.share_percent = 100.0 * o.overhead_ms / o.forward_ms;
+        }
+        for r in a.native.iter_mut().filter_map(|n| n.resident.as_mut()) {
+            *r = Resident::new(r.file_bytes, r.positions, r.kv_bytes, r.ours_peak_bytes, r.llama_peak_bytes);
         }
     }
 
