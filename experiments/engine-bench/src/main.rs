@@ -188,7 +188,7 @@ fn run(args: Args) -> Result<()> {
                 let (c, stream) = stream_against(ours_model, &probe, p, &engine_bench::native_stream_name(&pair))?;
                 comparisons.push(c);
                 let first = p.prompts.first().map_or(0, |l| l.tokens);
-                let resident = match resident(ws, &dir, (&worker, weights), &long_prompt[..first], p.decode_tokens) {
+                let resident = match resident(ws, &worker, &long_prompt[..first], p.decode_tokens) {
                     Ok(r) => Some(r),
                     Err(why) => {
                         skipped.push(format!("{pair}: resident memory: {why:#}"));
@@ -381,15 +381,8 @@ fn stream_against(model: &LoadedModel, probe: &ReadProbe, p: &Parameters, name: 
 /// The peak resident memory of a fresh process of each engine that loads `worker`'s file,
 /// prefills `prompt` and decodes `decode` steps: ours (this binary as [`RESIDENT_OF`] runs it) and
 /// llama.cpp's (a fresh worker).
-fn resident(
-    ws: &Workspace,
-    dir: &Path,
-    (worker, weights): (&Worker, WeightType),
-    prompt: &[u32],
-    decode: usize,
-) -> Result<Resident> {
-    let ids = ws.root.join(format!("target/bench/resident-{}.json", prompt.len()));
-    std::fs::write(&ids, serde_json::to_vec(prompt)?).with_context(|| ids.display().to_string())?;
+fn resident(ws: &Workspace, worker: &Worker, prompt: &[u32], decode: usize) -> Result<Resident> {
+    let ids = prompt_file(ws, prompt)?;
     let out = Command::new(std::env::current_exe().context("finding this binary")?)
         .env(RESIDENT_OF, &worker.path)
         .env(RESIDENT_IDS, &ids)
@@ -401,10 +394,23 @@ fn resident(
     let (Some(peak), Some(kv)) = (line["peak"].as_u64(), line["kv"].as_u64()) else {
         bail!("the fresh process gave no reading ({})", out.status);
     };
-    let mut fresh = Worker::start(ws, dir, prompt, weights, decode).context("a fresh llama.cpp worker")?;
+    let mut fresh = Worker::spawn(ws, worker.path.clone(), worker.gguf.clone(), &ids, decode)
+        .context("a fresh llama.cpp worker")?;
     fresh.round(prompt.len(), decode).context("a llama.cpp round failed")?;
     let llama = fresh.ask("memory").and_then(|m| m["peak"].as_u64());
     Ok(Resident::new(worker.gguf.bytes, prompt.len() + decode + 1, kv, peak, llama))
+}
+
+/// The llama.cpp binding's interpreter, under the workspace.
+const PYTHON: &str = ".venv-llama/bin/python";
+
+/// `prompt`'s ids written where a worker or a fresh process reads them (one file per length).
+fn prompt_file(ws: &Workspace, prompt: &[u32]) -> Result<PathBuf> {
+    let scratch = ws.root.join("target/bench");
+    std::fs::create_dir_all(&scratch).with_context(|| scratch.display().to_string())?;
+    let ids = scratch.join(format!("prompt-{}.json", prompt.len()));
+    std::fs::write(&ids, serde_json::to_vec(prompt)?).with_context(|| ids.display().to_string())?;
+    Ok(ids)
 }
 
 /// [`RESIDENT_OF`]'s run, in the fresh process.
@@ -413,8 +419,7 @@ fn resident_child(file: &Path) -> Result<()> {
     let prompt: Vec<u32> = serde_json::from_slice(&std::fs::read(var(RESIDENT_IDS)?)?)?;
     let decode: usize = var(RESIDENT_DECODE)?.parse()?;
     let model = LoadedModel::load_as(file, WeightDtype::Native)?;
-    let round = ours(&model, &prompt, decode)?;
-    drop(round);
+    ours(&model, &prompt, decode)?;
     let kv = model.model.cache_bytes(prompt.len() + decode + 1);
     let peak = common::schedule::peak_rss().context("no resident-memory reading on this system")?;
     println!("{}", serde_json::json!({ "peak": peak, "kv": kv }));
@@ -470,24 +475,28 @@ impl Worker {
     /// Starts the worker on `dir`'s weights as `weights`, with room for `prompt` (whose first ids
     /// each round prefills) and `decode` steps; the error says why it cannot run.
     fn start(ws: &Workspace, dir: &Path, prompt: &[u32], weights: WeightType, decode: usize) -> Result<Self> {
-        let python = ws.root.join(".venv-llama/bin/python");
-        if !python.is_file() {
+        if !ws.root.join(PYTHON).is_file() {
             bail!("no .venv-llama (`just bench` installs llama-cpp-python there)");
         }
         let scratch = ws.root.join("target/bench");
         std::fs::create_dir_all(&scratch).with_context(|| scratch.display().to_string())?;
-        let gguf: PathBuf = scratch.join(format!("qwen2.5-0.5b-{weights:?}.gguf").to_lowercase());
-        if !gguf.is_file() {
-            common::gguf::export(dir, &gguf, weights).context("exporting the GGUF")?;
+        // Named by the checkpoint's folder: an export is reused only for the weights it was made of.
+        let name = dir.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy());
+        let path: PathBuf = scratch.join(format!("{name}-{weights:?}.gguf").to_lowercase());
+        if !path.is_file() {
+            common::gguf::export(dir, &path, weights).context("exporting the GGUF")?;
         }
-        let (bytes, digest) = common::digest::file_digest(&gguf, common::digest::Algorithm::Sha256)
-            .with_context(|| gguf.display().to_string())?;
-        let ids = scratch.join(format!("prompt-{}.json", prompt.len()));
-        std::fs::write(&ids, serde_json::to_vec(prompt).unwrap_or_default())
-            .with_context(|| ids.display().to_string())?;
-        let mut child = Command::new(&python)
+        let (bytes, digest) = common::digest::file_digest(&path, common::digest::Algorithm::Sha256)
+            .with_context(|| path.display().to_string())?;
+        let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
+        Self::spawn(ws, path, gguf, &prompt_file(ws, prompt)?, decode)
+    }
+
+    /// A worker on the file at `path` (`gguf` says what it is), the prompt's ids in the file `ids`.
+    fn spawn(ws: &Workspace, path: PathBuf, gguf: Gguf, ids: &Path, decode: usize) -> Result<Self> {
+        let mut child = Command::new(ws.root.join(PYTHON))
             .arg(ws.root.join("scripts/llamacpp_bench.py"))
-            .args(["--gguf", &gguf.to_string_lossy(), "--prompt-ids", &ids.to_string_lossy()])
+            .args(["--gguf", &path.to_string_lossy(), "--prompt-ids", &ids.to_string_lossy()])
             .args(["--max-decode", &decode.to_string()])
             .args(["--threads", &common::engine_threads().to_string()])
             .stdin(Stdio::piped())
@@ -496,9 +505,7 @@ impl Worker {
             .context("cannot run the llama.cpp worker")?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else { bail!("the worker has no pipes") };
-        let shown = ws.display_path(&gguf);
-        let gguf_path = gguf.clone();
-        let gguf = Gguf { weights: format!("{weights:?}").to_lowercase(), sha256: digest, bytes };
+        let shown = ws.display_path(&path);
         let mut worker = Worker {
             child,
             stdin,
@@ -506,7 +513,7 @@ impl Worker {
             version: String::new(),
             settings: serde_json::Value::Null,
             gguf,
-            path: gguf_path,
+            path,
         };
         match worker.read() {
             Some(ready) if ready["ready"] == true => {
